@@ -1,0 +1,115 @@
+"""Loading the world state from a coordination log, and flattening it into rows."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from marshal_py.log.base import CoordinationLog
+from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up, seek_to_window
+from marshal_py.protocol.placement import coordination_partition
+from marshal_py.world.rationalizer import (
+    DEFAULT_HEARTBEAT_INTERVAL_MS,
+    Outcome,
+    Rationalizer,
+    RationalizerConfig,
+)
+from marshal_py.world.state import PartitionClaim
+
+#: Column order of ``marshal state`` (and the exact keys of its JSON objects).
+STATE_COLUMNS = (
+    "group",
+    "topic",
+    "partition",
+    "client_id",
+    "instance_id",
+    "status",
+    "heartbeat_age_s",
+    "committed_offset",
+    "amo_claimed_offset",
+)
+
+
+@dataclass(frozen=True)
+class WorldView:
+    """A rationalizer caught up to the log's end, and the time it was read at."""
+
+    rationalizer: Rationalizer
+    now_ms: int
+    partitions: tuple[int, ...]
+    applied: int
+
+
+@dataclass(frozen=True)
+class StateRow:
+    """One line of ``marshal state``."""
+
+    group: str
+    topic: str
+    partition: int
+    client_id: str | None
+    instance_id: str | None
+    status: str
+    heartbeat_age_s: float | None
+    committed_offset: int | None
+    amo_claimed_offset: int | None
+
+    def as_dict(self) -> dict[str, object]:
+        """The row as a JSON-ready mapping with exactly :data:`STATE_COLUMNS` as keys."""
+        return {name: getattr(self, name) for name in STATE_COLUMNS}
+
+
+def load_world(
+    log: CoordinationLog,
+    *,
+    heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
+    window_ms: int = DEFAULT_REPLAY_WINDOW_MS,
+    topic: str | None = None,
+    now_ms: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
+) -> WorldView:
+    """Replay the coordination log's window up to its current end.
+
+    With ``topic`` only that topic's coordination partition is read. ``now_ms`` defaults to
+    this machine's clock (used to place the replay window and to judge freshness).
+    """
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    count = log.partition_count()
+    partitions = (
+        (coordination_partition(topic, count),) if topic is not None else tuple(range(count))
+    )
+    rationalizer = Rationalizer(
+        RationalizerConfig(coordination_partitions=count, heartbeat_interval_ms=heartbeat_interval_ms)
+    )
+    if on_outcome is not None:
+        rationalizer.observe(on_outcome)
+    seek_to_window(log, rationalizer, partitions, now, window_ms)
+    applied = catch_up(log, rationalizer, partitions, progress=progress)
+    return WorldView(rationalizer, now, partitions, applied)
+
+
+def state_rows(
+    view: WorldView, group: str | None = None, topic: str | None = None
+) -> list[StateRow]:
+    """The world as ``marshal state`` prints it, sorted by group, topic, partition."""
+    rows = []
+    for claim in view.rationalizer.claims(group=group, topic=topic):
+        rows.append(_row(claim, view.now_ms))
+    return rows
+
+
+def _row(claim: PartitionClaim, now_ms: int) -> StateRow:
+    age = claim.heartbeat_age_ms(now_ms)
+    return StateRow(
+        group=claim.key.group,
+        topic=claim.key.topic,
+        partition=claim.key.partition,
+        client_id=claim.owner.client_id if claim.owner else None,
+        instance_id=claim.owner.instance_id if claim.owner else None,
+        status=claim.status(now_ms).value,
+        heartbeat_age_s=None if age is None else round(age / 1000.0, 3),
+        committed_offset=claim.committed_offset,
+        amo_claimed_offset=claim.amo_claimed_offset,
+    )

@@ -1,0 +1,318 @@
+"""The ``marshal`` command line: inspect the coordination log and run a dev broker."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+import click
+
+from marshal_py.admin.world_view import STATE_COLUMNS, load_world, state_rows
+from marshal_py.errors import MarshalError
+from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
+from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
+from marshal_py.protocol.codec import DecodeError, decode
+from marshal_py.world.rationalizer import Outcome
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+BOOTSTRAP_ENV = "MARSHAL_BOOTSTRAP_SERVERS"
+
+
+def _fail(command: str, message: str) -> NoReturn:
+    click.echo(f"marshal {command}: error: {message}", err=True)
+    sys.exit(2)
+
+
+def kafka_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--bootstrap-servers, --coordination-topic and --timeout, shared by every Kafka command."""
+    func = click.option(
+        "--timeout",
+        type=click.FloatRange(min=0.1),
+        default=15.0,
+        show_default=True,
+        help="Seconds to wait for the broker before giving up.",
+    )(func)
+    func = click.option(
+        "--coordination-topic",
+        default=DEFAULT_COORDINATION_TOPIC,
+        show_default=True,
+        help="Name of the coordination topic.",
+    )(func)
+    func = click.option(
+        "--bootstrap-servers",
+        envvar=BOOTSTRAP_ENV,
+        default=DEFAULT_BOOTSTRAP,
+        show_default=f"${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP}",
+        help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT].",
+    )(func)
+    return func
+
+
+def replay_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--heartbeat-interval and --replay-window, shared by commands that rationalize."""
+    func = click.option(
+        "--replay-window",
+        type=click.FloatRange(min=0),
+        default=DEFAULT_REPLAY_WINDOW_MS / 1000,
+        show_default=True,
+        help="Seconds of coordination log to replay (0: everything retained).",
+    )(func)
+    func = click.option(
+        "--heartbeat-interval",
+        type=click.FloatRange(min=0.001),
+        default=10.0,
+        show_default=True,
+        help="The group's heartbeat interval in seconds (must match its consumers').",
+    )(func)
+    return func
+
+
+@contextmanager
+def _open_log(
+    bootstrap_servers: str, coordination_topic: str, timeout: float
+) -> Iterator[KafkaLog]:
+    config = KafkaLogConfig(
+        bootstrap_servers=bootstrap_servers,
+        topic=coordination_topic,
+        create_topic=False,
+        timeout_s=timeout,
+    )
+    log = KafkaLog(config)
+    try:
+        yield log
+    finally:
+        log.close()
+
+
+class _Progress:
+    """Prints replay progress to stderr about once a second on long replays."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.last = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if self.enabled and now - self.last >= 1.0:
+            self.last = now
+            click.echo(f"replayed {done:,}/{total:,} coordination records", err=True)
+
+
+def _iso(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _print_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    click.echo("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for r in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+class MarshalGroup(click.Group):
+    """A click group whose errors are one line on stderr and exit status 2."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            return super().main(argv, prog_name or "marshal", complete_var,
+                                standalone_mode=False, **extra)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("marshal: aborted", err=True)
+            sys.exit(130)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx else "marshal"
+            click.echo(f"{where}: error: {exc.format_message()} (see {where} --help)", err=True)
+            sys.exit(2)
+        except MarshalError as exc:
+            click.echo(f"marshal: error: {exc}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=MarshalGroup)
+@click.option("-v", "--verbose", count=True, help="More logging on stderr (-vv for debug).")
+def main(verbose: int) -> None:
+    """marshal_py: leaderless Kafka consumer coordination through __marshal."""
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if verbose < 2:
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
+
+
+@main.command()
+@kafka_options
+@replay_options
+@click.option("--group", help="Only this consumer group.")
+@click.option("--topic", help="Only this topic (reads only its coordination partition).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of objects.")
+def state(bootstrap_servers: str, coordination_topic: str, timeout: float,
+          heartbeat_interval: float, replay_window: float, group: str | None,
+          topic: str | None, as_json: bool) -> None:
+    """Print the rationalized world state: who owns which partition, and what is committed."""
+    with _open_log(bootstrap_servers, coordination_topic, timeout) as log:
+        view = load_world(
+            log,
+            heartbeat_interval_ms=int(heartbeat_interval * 1000),
+            window_ms=int(replay_window * 1000),
+            topic=topic,
+            progress=_Progress(sys.stderr.isatty()),
+        )
+    rows = state_rows(view, group=group, topic=topic)
+    if as_json:
+        click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
+        return
+    if not rows:
+        click.echo(f"no claims in {coordination_topic} (replayed {view.applied} records)")
+    else:
+        _print_table(STATE_COLUMNS, [[getattr(r, c) for c in STATE_COLUMNS] for r in rows])
+    counters = view.rationalizer
+    click.echo(
+        f"records replayed: {view.applied}, ignored by the rules: {counters.ignored_count()}, "
+        f"undecodable or unknown: {counters.skipped_count()}",
+        err=True,
+    )
+
+
+def _tail_line(outcome: Outcome) -> dict[str, object]:
+    record = outcome.record
+    raw = record.value
+    if outcome.message is not None:
+        text = raw.decode("utf-8", "replace") if raw is not None else ""
+    elif raw is None:
+        text = "<tombstone>"
+    else:
+        try:
+            decode(raw)
+            text = raw.decode("utf-8", "replace")
+        except DecodeError as exc:
+            text = f"<undecodable: {exc}> {raw[:120]!r}"
+    return {
+        "partition": record.partition,
+        "position": record.position,
+        "time": _iso(record.timestamp_ms),
+        "verdict": outcome.verdict.value,
+        "record": text,
+    }
+
+
+@main.command()
+@kafka_options
+@replay_options
+@click.option("--partition", "partitions", type=click.IntRange(min=0), multiple=True,
+              help="Coordination partition(s) to show (default: all).")
+@click.option("-n", "--lines", type=click.IntRange(min=0), default=50, show_default=True,
+              help="How many of the newest records per partition to print first.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new records until stopped.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def tail(bootstrap_servers: str, coordination_topic: str, timeout: float,
+         heartbeat_interval: float, replay_window: float, partitions: tuple[int, ...],
+         lines: int, follow: bool, as_json: bool) -> None:
+    """Print the decoded coordination log with each record's verdict.
+
+    The whole replay window is rationalized so that every verdict (claim_won, not_owner, ...)
+    is the one every client reaches; only the newest --lines records are printed.
+    """
+    def emit(outcome: Outcome) -> None:
+        line = _tail_line(outcome)
+        if as_json:
+            click.echo(json.dumps(line))
+        else:
+            click.echo(f"p{line['partition']}@{line['position']}  {line['time']}  "
+                       f"{line['verdict']:<16} {line['record']}")
+
+    from marshal_py.log.replay import catch_up, seek_to_window
+    from marshal_py.world.rationalizer import Rationalizer, RationalizerConfig
+
+    stopping = {"now": False}
+
+    def stop(signum: int, frame: object) -> None:
+        stopping["now"] = True
+
+    with _open_log(bootstrap_servers, coordination_topic, timeout) as log:
+        count = log.partition_count()
+        chosen = tuple(sorted(set(partitions))) or tuple(range(count))
+        bad = [p for p in chosen if p >= count]
+        if bad:
+            raise click.BadParameter(
+                f"{coordination_topic} has partitions 0..{count - 1}, not {bad[0]}",
+                param_hint="--partition",
+            )
+        ends = {p: log.end_position(p) for p in chosen}
+        rationalizer = Rationalizer(RationalizerConfig(
+            coordination_partitions=count, heartbeat_interval_ms=int(heartbeat_interval * 1000)))
+
+        def observe(outcome: Outcome) -> None:
+            if outcome.record.position >= ends[outcome.record.partition] - lines:
+                emit(outcome)
+
+        rationalizer.observe(observe)
+        seek_to_window(log, rationalizer, chosen, int(time.time() * 1000),
+                       int(replay_window * 1000))
+        catch_up(log, rationalizer, chosen, progress=_Progress(sys.stderr.isatty()))
+        if not follow:
+            return
+        previous = signal.signal(signal.SIGTERM, stop)
+        try:
+            while not stopping["now"]:
+                starts = {p: rationalizer.next_position(p) for p in chosen}
+                for record in log.fetch(starts, 0.5):
+                    rationalizer.apply(record)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+@main.command()
+@kafka_options
+@click.option("--partitions", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Partition count of the coordination topic (fixed for its lifetime).")
+@click.option("--replication-factor", type=click.IntRange(min=1),
+              help="Replication factor (default: min(3, brokers)).")
+def init(bootstrap_servers: str, coordination_topic: str, timeout: float, partitions: int,
+         replication_factor: int | None) -> None:
+    """Create the coordination topic with the settings the protocol needs (idempotent)."""
+    config = KafkaLogConfig(
+        bootstrap_servers=bootstrap_servers,
+        topic=coordination_topic,
+        create_topic=True,
+        partitions=partitions,
+        replication_factor=replication_factor,
+        timeout_s=timeout,
+    )
+    log = KafkaLog(config)
+    try:
+        click.echo(f"{coordination_topic}: {log.partition_count()} partitions, "
+                   "message.timestamp.type=LogAppendTime")
+    finally:
+        log.close()
+
+
+def _register_dev_broker() -> None:
+    from marshal_py.devbroker.command import dev_broker
+
+    main.add_command(dev_broker, "dev-broker")
+
+
+_register_dev_broker()
+
+if __name__ == "__main__":
+    main()

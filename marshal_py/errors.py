@@ -1,0 +1,27 @@
+"""Errors raised by marshal_py.
+
+Every error a user can cause or fix carries a one-line message that says what went wrong and
+how to fix it; the CLI prints that line and exits with status 2 instead of a traceback.
+"""
+
+from __future__ import annotations
+
+
+class MarshalError(Exception):
+    """Base class of every error marshal_py raises on purpose."""
+
+
+class ConfigurationError(MarshalError):
+    """A setting has a value that cannot work (say which setting and which values would)."""
+
+
+class BrokerUnavailableError(MarshalError):
+    """The Kafka cluster could not be reached."""
+
+
+class CoordinationTopicError(MarshalError):
+    """The coordination topic is missing or configured in a way that breaks the protocol."""
+
+
+class DevBrokerError(MarshalError):
+    """The development broker could not be set up, started or stopped."""

@@ -1,0 +1,51 @@
+"""The coordination log contract that KafkaLog and MemoryLog both fulfil."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
+
+from marshal_py.world.records import CoordinationRecord
+
+
+@runtime_checkable
+class CoordinationLog(Protocol):
+    """An append-only, partitioned log that stamps each record with the log's own clock.
+
+    Positions are per partition and grow by at least one per record; ``timestamp_ms`` is the
+    log's append time (the broker's clock for Kafka), never the writer's.
+    """
+
+    @property
+    def topic(self) -> str:
+        """Name of the coordination topic."""
+        ...
+
+    def partition_count(self) -> int:
+        """How many partitions the coordination topic has."""
+        ...
+
+    def append(self, partition: int, value: bytes) -> CoordinationRecord:
+        """Write one record durably and return it as stored (position and log timestamp)."""
+        ...
+
+    def start_position(self, partition: int) -> int:
+        """The oldest position still retained."""
+        ...
+
+    def end_position(self, partition: int) -> int:
+        """The position the next appended record will get."""
+        ...
+
+    def position_for_time(self, partition: int, timestamp_ms: int) -> int:
+        """The first position whose timestamp is >= ``timestamp_ms`` (the end if none)."""
+        ...
+
+    def fetch(self, starts: Mapping[int, int], timeout_s: float) -> list[CoordinationRecord]:
+        """Records at or after ``starts[partition]`` for each partition asked, in log order per
+        partition. Waits up to ``timeout_s`` for at least one; returns [] if none arrived."""
+        ...
+
+    def close(self) -> None:
+        """Release connections. Safe to call twice."""
+        ...

@@ -1,0 +1,277 @@
+"""KafkaLog: the coordination log on a real Kafka topic (kafka-python).
+
+Produces with ``acks=all`` and idempotence, so an acknowledged coordination record survives
+broker failover (given replication and ``unclean.leader.election.enable=false``), and reads
+with a group-less consumer on manually assigned partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.errors import KafkaError, KafkaTimeoutError, NoBrokersAvailable
+
+from marshal_py.errors import BrokerUnavailableError, ConfigurationError, CoordinationTopicError
+from marshal_py.world.records import CoordinationRecord
+
+log = logging.getLogger(__name__)
+
+DEFAULT_COORDINATION_TOPIC = "__marshal"
+DEFAULT_COORDINATION_PARTITIONS = 4
+DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
+_UNKNOWN_TOPIC = 3
+
+
+@dataclass(frozen=True)
+class KafkaLogConfig:
+    """How to reach Kafka and what the coordination topic looks like.
+
+    ``kafka_config`` passes any other kafka-python setting (security, SASL, SSL) through to
+    every client. ``create_topic``: create the coordination topic when it is missing (with
+    ``partitions``, ``replication_factor`` — default min(3, brokers) — LogAppendTime, and
+    ``retention_ms``). ``allow_create_time``: run on a topic stamped with CreateTime anyway.
+    """
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topic: str = DEFAULT_COORDINATION_TOPIC
+    create_topic: bool = True
+    partitions: int = DEFAULT_COORDINATION_PARTITIONS
+    replication_factor: int | None = None
+    retention_ms: int = DEFAULT_RETENTION_MS
+    allow_create_time: bool = False
+    timeout_s: float = 15.0
+    kafka_config: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap_servers.strip():
+            raise ConfigurationError("bootstrap_servers is empty; give HOST:PORT[,HOST:PORT]")
+        if not self.topic:
+            raise ConfigurationError("the coordination topic name is empty")
+        if self.partitions < 1:
+            raise ConfigurationError(f"partitions must be >= 1, got {self.partitions}")
+        if self.replication_factor is not None and self.replication_factor < 1:
+            raise ConfigurationError("replication_factor must be >= 1")
+        if self.timeout_s <= 0:
+            raise ConfigurationError("timeout_s must be > 0")
+
+
+def _unreachable(config: KafkaLogConfig, exc: BaseException) -> BrokerUnavailableError:
+    return BrokerUnavailableError(
+        f"cannot reach Kafka at {config.bootstrap_servers} ({type(exc).__name__}); check that "
+        "the broker runs and --bootstrap-servers / MARSHAL_BOOTSTRAP_SERVERS points at it"
+    )
+
+
+class KafkaLog:
+    """The coordination log on a Kafka topic. Not thread-safe: one thread reads at a time."""
+
+    def __init__(self, config: KafkaLogConfig) -> None:
+        self.config = config
+        common: dict[str, Any] = {
+            "bootstrap_servers": config.bootstrap_servers,
+            "bootstrap_timeout_ms": int(config.timeout_s * 1000),
+            "request_timeout_ms": int(config.timeout_s * 1000) + 5000,
+            **config.kafka_config,
+        }
+        self._common = common
+        self._admin: KafkaAdminClient | None = None
+        self._producer: KafkaProducer | None = None
+        self._consumer: KafkaConsumer | None = None
+        try:
+            self._admin = KafkaAdminClient(**common)
+            self._partition_count = self._ensure_topic()
+        except (NoBrokersAvailable, KafkaTimeoutError) as exc:
+            self.close()
+            raise _unreachable(config, exc) from exc
+        except Exception:
+            self.close()
+            raise
+
+    # -- topic checks ----------------------------------------------------------------------
+
+    def _describe(self) -> dict[str, Any] | None:
+        assert self._admin is not None
+        for topic in self._admin.describe_topics([self.config.topic]):
+            if topic["name"] == self.config.topic:
+                if topic.get("error_code", 0) == _UNKNOWN_TOPIC or not topic.get("partitions"):
+                    return None
+                return dict(topic)
+        return None
+
+    def _ensure_topic(self) -> int:
+        assert self._admin is not None
+        described = self._describe()
+        if described is None:
+            if not self.config.create_topic:
+                raise CoordinationTopicError(
+                    f"coordination topic {self.config.topic!r} does not exist on "
+                    f"{self.config.bootstrap_servers}; create it with `marshal init` (or let a "
+                    "consumer create it), or name the right one with --coordination-topic"
+                )
+            self._create_topic()
+            described = self._describe()
+            if described is None:
+                raise CoordinationTopicError(
+                    f"created {self.config.topic!r} but the broker does not describe it yet; "
+                    "try again"
+                )
+        self._check_timestamp_type()
+        return len(described["partitions"])
+
+    def _create_topic(self) -> None:
+        assert self._admin is not None
+        brokers = len(self._admin.describe_cluster().get("brokers", [])) or 1
+        rf = self.config.replication_factor or min(3, brokers)
+        configs = {
+            "message.timestamp.type": "LogAppendTime",
+            "retention.ms": str(self.config.retention_ms),
+            "unclean.leader.election.enable": "false",
+            "min.insync.replicas": str(min(2, rf)),
+            "cleanup.policy": "delete",
+        }
+        log.info(
+            "creating coordination topic %s (%d partitions, replication %d)",
+            self.config.topic, self.config.partitions, rf,
+        )
+        try:
+            self._admin.create_topics(
+                {
+                    self.config.topic: {
+                        "num_partitions": self.config.partitions,
+                        "replication_factor": rf,
+                        "configs": configs,
+                    }
+                },
+                wait_for_metadata=True,
+            )
+        except KafkaError as exc:
+            if "TopicAlreadyExists" in type(exc).__name__:
+                return  # another client created it first
+            raise CoordinationTopicError(
+                f"could not create coordination topic {self.config.topic!r}: {exc}"
+            ) from exc
+
+    def _check_timestamp_type(self) -> None:
+        assert self._admin is not None
+        resource = ConfigResource(
+            ConfigResourceType.TOPIC, self.config.topic, configs=["message.timestamp.type"]
+        )
+        described = self._admin.describe_configs([resource])
+        entry = described.get("topic", {}).get(self.config.topic, {})
+        value = entry.get("message.timestamp.type", {}).get("value", "CreateTime")
+        if value != "LogAppendTime" and not self.config.allow_create_time:
+            raise CoordinationTopicError(
+                f"coordination topic {self.config.topic!r} uses message.timestamp.type={value}: "
+                "claims would then be decided by each client's own clock, so clock skew could "
+                "give a partition two owners; set it with `kafka-configs --alter --entity-type "
+                f"topics --entity-name {self.config.topic} --add-config "
+                "message.timestamp.type=LogAppendTime` (or pass allow_create_time to accept "
+                "the risk)"
+            )
+
+    # -- the log contract ------------------------------------------------------------------
+
+    @property
+    def topic(self) -> str:
+        return self.config.topic
+
+    def partition_count(self) -> int:
+        return self._partition_count
+
+    def _tp(self, partition: int) -> TopicPartition:
+        if not 0 <= partition < self._partition_count:
+            raise ValueError(f"partition {partition} does not exist in {self.config.topic}")
+        return TopicPartition(self.config.topic, partition)
+
+    def _get_producer(self) -> KafkaProducer:
+        if self._producer is None:
+            try:
+                self._producer = KafkaProducer(
+                    acks="all",
+                    enable_idempotence=True,
+                    linger_ms=0,
+                    **self._common,
+                )
+            except (NoBrokersAvailable, KafkaTimeoutError) as exc:
+                raise _unreachable(self.config, exc) from exc
+        return self._producer
+
+    def _get_consumer(self) -> KafkaConsumer:
+        if self._consumer is None:
+            try:
+                self._consumer = KafkaConsumer(
+                    group_id=None,
+                    enable_auto_commit=False,
+                    auto_offset_reset="earliest",
+                    fetch_max_wait_ms=100,
+                    **self._common,
+                )
+            except (NoBrokersAvailable, KafkaTimeoutError) as exc:
+                raise _unreachable(self.config, exc) from exc
+        return self._consumer
+
+    def append(self, partition: int, value: bytes) -> CoordinationRecord:
+        tp = self._tp(partition)
+        try:
+            future = self._get_producer().send(tp.topic, value=value, partition=tp.partition)
+            meta = future.get(timeout=self.config.timeout_s)
+        except KafkaTimeoutError as exc:
+            raise _unreachable(self.config, exc) from exc
+        return CoordinationRecord(partition, int(meta.offset), int(meta.timestamp), value)
+
+    def start_position(self, partition: int) -> int:
+        tp = self._tp(partition)
+        return int(self._get_consumer().beginning_offsets([tp])[tp])
+
+    def end_position(self, partition: int) -> int:
+        tp = self._tp(partition)
+        return int(self._get_consumer().end_offsets([tp])[tp])
+
+    def position_for_time(self, partition: int, timestamp_ms: int) -> int:
+        tp = self._tp(partition)
+        found = self._get_consumer().offsets_for_times({tp: max(0, timestamp_ms)})[tp]
+        if found is None:
+            return self.end_position(partition)
+        return int(found.offset)
+
+    def fetch(self, starts: Mapping[int, int], timeout_s: float) -> list[CoordinationRecord]:
+        consumer = self._get_consumer()
+        wanted = {self._tp(p): start for p, start in starts.items()}
+        if set(consumer.assignment()) != set(wanted):
+            consumer.assign(list(wanted))
+            for tp, start in wanted.items():
+                consumer.seek(tp, start)
+        else:
+            for tp, start in wanted.items():
+                if consumer.position(tp) != start:
+                    consumer.seek(tp, start)
+        polled = consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=10_000)
+        records: list[CoordinationRecord] = []
+        for tp, batch in sorted(polled.items(), key=lambda item: item[0].partition):
+            start = wanted.get(tp, 0)
+            for r in batch:
+                if r.offset >= start:
+                    records.append(
+                        CoordinationRecord(tp.partition, int(r.offset), int(r.timestamp), r.value)
+                    )
+        return records
+
+    def close(self) -> None:
+        for client in (self._producer, self._consumer, self._admin):
+            if client is not None:
+                try:
+                    client.close()
+                except Exception:  # closing must not mask the error that led here
+                    log.debug("error while closing a Kafka client", exc_info=True)
+        self._producer = self._consumer = self._admin = None
+
+    def __enter__(self) -> KafkaLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,121 @@
+"""MemoryLog: an in-process coordination log for deterministic simulation tests."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from marshal_py.world.records import CoordinationRecord
+
+
+class VirtualClock:
+    """A millisecond clock that moves only when told to."""
+
+    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+        self.now_ms = start_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> int:
+        """Move forward by ``ms`` (>= 0) and return the new time."""
+        if ms < 0:
+            raise ValueError("a clock does not go backwards")
+        self.now_ms += ms
+        return self.now_ms
+
+
+class MemoryLog:
+    """The :class:`~marshal_py.log.base.CoordinationLog` contract held in memory.
+
+    ``clock`` stamps appended records (a :class:`VirtualClock` in simulations); timestamps
+    never go backwards within a partition, like Kafka's LogAppendTime.
+    """
+
+    def __init__(
+        self,
+        partitions: int = 4,
+        clock: Callable[[], int] | None = None,
+        topic: str = "__marshal",
+    ) -> None:
+        if partitions < 1:
+            raise ValueError("partitions must be >= 1")
+        self._topic = topic
+        self._clock = clock or (lambda: int(time.time() * 1000))
+        self._records: list[list[CoordinationRecord]] = [[] for _ in range(partitions)]
+        self._start: list[int] = [0] * partitions
+        self._end: list[int] = [0] * partitions
+        self._changed = threading.Condition()
+        self._closed = False
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    def partition_count(self) -> int:
+        return len(self._records)
+
+    def _check(self, partition: int) -> None:
+        if not 0 <= partition < len(self._records):
+            raise ValueError(f"partition {partition} does not exist in {self._topic}")
+
+    def append(self, partition: int, value: bytes) -> CoordinationRecord:
+        self._check(partition)
+        with self._changed:
+            records = self._records[partition]
+            timestamp = self._clock()
+            if records and records[-1].timestamp_ms > timestamp:
+                timestamp = records[-1].timestamp_ms
+            record = CoordinationRecord(partition, self._end[partition], timestamp, value)
+            records.append(record)
+            self._end[partition] += 1
+            self._changed.notify_all()
+            return record
+
+    def start_position(self, partition: int) -> int:
+        self._check(partition)
+        return self._start[partition]
+
+    def end_position(self, partition: int) -> int:
+        self._check(partition)
+        return self._end[partition]
+
+    def position_for_time(self, partition: int, timestamp_ms: int) -> int:
+        self._check(partition)
+        with self._changed:
+            for record in self._records[partition]:
+                if record.timestamp_ms >= timestamp_ms:
+                    return record.position
+            return self._end[partition]
+
+    def _available(self, starts: Mapping[int, int]) -> list[CoordinationRecord]:
+        found: list[CoordinationRecord] = []
+        for partition, start in sorted(starts.items()):
+            self._check(partition)
+            first = max(start, self._start[partition]) - self._start[partition]
+            found.extend(self._records[partition][first:])
+        return found
+
+    def fetch(self, starts: Mapping[int, int], timeout_s: float) -> list[CoordinationRecord]:
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while True:
+                found = self._available(starts)
+                remaining = deadline - time.monotonic()
+                if found or remaining <= 0 or self._closed:
+                    return found
+                self._changed.wait(remaining)
+
+    def delete_before(self, partition: int, position: int) -> None:
+        """Drop records below ``position`` (what Kafka's retention does to old segments)."""
+        self._check(partition)
+        with self._changed:
+            drop = max(0, min(position, self._end[partition]) - self._start[partition])
+            del self._records[partition][:drop]
+            self._start[partition] += drop
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()

@@ -1,0 +1,289 @@
+"""The deterministic rationalizer: coordination records in, world state out.
+
+Pure: it reads no clock, no socket and no file. Time enters only as each record's broker
+timestamp and as the ``now_ms`` argument of queries, so the same records give the same state
+on every machine, whenever they are replayed. The rules are written out in PROTOCOL.md.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from marshal_py.protocol.codec import DecodeError, DecodeErrorKind, decode
+from marshal_py.protocol.messages import (
+    ClaimingMessages,
+    ClaimingPartition,
+    Heartbeat,
+    Message,
+    ReleasingPartition,
+)
+from marshal_py.protocol.placement import coordination_partition
+from marshal_py.world.records import CoordinationRecord
+from marshal_py.world.state import Owner, PartitionClaim, PartitionKey
+
+DEFAULT_HEARTBEAT_INTERVAL_MS = 10_000
+
+
+class Verdict(enum.Enum):
+    """What the rationalizer did with one record."""
+
+    # Applied.
+    CLAIM_WON = "claim_won"
+    CLAIM_RENEWED = "claim_renewed"
+    CLAIM_RECLAIMED = "claim_reclaimed"
+    HEARTBEAT = "heartbeat"
+    RELEASED = "released"
+    MESSAGES_CLAIMED = "messages_claimed"
+    # Valid messages the rules ignore.
+    CLAIM_LOST = "claim_lost"
+    NOT_OWNER = "not_owner"
+    MISPLACED = "misplaced"
+    # Records that were skipped.
+    DUPLICATE = "duplicate"
+    TOMBSTONE = "tombstone"
+    MALFORMED = "malformed"
+    UNKNOWN_TYPE = "unknown_type"
+    UNKNOWN_VERSION = "unknown_version"
+
+    @property
+    def applied(self) -> bool:
+        """True when the record changed (or confirmed) the world state."""
+        return self in _APPLIED
+
+    @property
+    def skipped(self) -> bool:
+        """True when the record could not be read as a message at all."""
+        return self in _SKIPPED
+
+
+_APPLIED = frozenset(
+    {
+        Verdict.CLAIM_WON,
+        Verdict.CLAIM_RENEWED,
+        Verdict.CLAIM_RECLAIMED,
+        Verdict.HEARTBEAT,
+        Verdict.RELEASED,
+        Verdict.MESSAGES_CLAIMED,
+    }
+)
+_SKIPPED = frozenset(
+    {Verdict.TOMBSTONE, Verdict.MALFORMED, Verdict.UNKNOWN_TYPE, Verdict.UNKNOWN_VERSION}
+)
+_DECODE_VERDICTS = {
+    DecodeErrorKind.MALFORMED: Verdict.MALFORMED,
+    DecodeErrorKind.UNKNOWN_TYPE: Verdict.UNKNOWN_TYPE,
+    DecodeErrorKind.UNKNOWN_VERSION: Verdict.UNKNOWN_VERSION,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The verdict on one record, with the message when it decoded."""
+
+    record: CoordinationRecord
+    verdict: Verdict
+    message: Message | None = None
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class _Claim:
+    owner: Owner | None = None
+    claimed_at_ms: int | None = None
+    last_heartbeat_ms: int | None = None
+    committed_offset: int | None = None
+    last_release_ms: int | None = None
+    released_by: Owner | None = None
+    amo_claimed_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RationalizerConfig:
+    """Settings every member of a group must share, or they will disagree on the world.
+
+    ``coordination_partitions``: partition count of the coordination topic (records about a
+    topic are honoured only on that topic's coordination partition). ``heartbeat_interval_ms``:
+    the heartbeat interval (HI); ``group_heartbeat_intervals`` overrides it per group.
+    """
+
+    coordination_partitions: int
+    heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+    group_heartbeat_intervals: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.coordination_partitions < 1:
+            raise ValueError("coordination_partitions must be >= 1")
+        for hi in (self.heartbeat_interval_ms, *self.group_heartbeat_intervals.values()):
+            if hi < 1:
+                raise ValueError(f"heartbeat intervals must be >= 1 ms, got {hi}")
+
+    def heartbeat_interval_for(self, group: str) -> int:
+        """The HI of ``group`` in milliseconds."""
+        return self.group_heartbeat_intervals.get(group, self.heartbeat_interval_ms)
+
+
+class Rationalizer:
+    """Replays coordination records into a world state.
+
+    Feed records of each coordination partition in log order with :meth:`apply` (positions
+    must grow; a repeated or older position is skipped as a duplicate). Query with
+    :meth:`claim` / :meth:`claims`.
+    """
+
+    def __init__(self, config: RationalizerConfig) -> None:
+        self.config = config
+        self._claims: dict[PartitionKey, _Claim] = {}
+        self._next_position: dict[int, int] = {}
+        self._last_timestamp: dict[int, int] = {}
+        self.counters: Counter[Verdict] = Counter()
+        self._observers: list[Callable[[Outcome], None]] = []
+
+    def observe(self, observer: Callable[[Outcome], None]) -> None:
+        """Call ``observer`` with the outcome of every record applied from now on."""
+        self._observers.append(observer)
+
+    # -- input -----------------------------------------------------------------------------
+
+    def apply(self, record: CoordinationRecord) -> Outcome:
+        """Apply one record and say what it did. Never raises for bad record content."""
+        outcome = self._apply(record)
+        self.counters[outcome.verdict] += 1
+        for observer in self._observers:
+            observer(outcome)
+        return outcome
+
+    def apply_all(self, records: Iterable[CoordinationRecord]) -> None:
+        """Apply records in order."""
+        for record in records:
+            self.apply(record)
+
+    def _apply(self, record: CoordinationRecord) -> Outcome:
+        expected = self._next_position.get(record.partition, 0)
+        if record.position < expected:
+            return Outcome(record, Verdict.DUPLICATE)
+        self._next_position[record.partition] = record.position + 1
+        self._last_timestamp[record.partition] = record.timestamp_ms
+        if record.value is None:
+            return Outcome(record, Verdict.TOMBSTONE)
+        try:
+            message = decode(record.value)
+        except DecodeError as exc:
+            return Outcome(record, _DECODE_VERDICTS[exc.kind], detail=exc.detail)
+        expected_partition = coordination_partition(
+            message.topic, self.config.coordination_partitions
+        )
+        if record.partition != expected_partition:
+            return Outcome(
+                record,
+                Verdict.MISPLACED,
+                message,
+                f"topic {message.topic!r} belongs on coordination partition {expected_partition}",
+            )
+        key = PartitionKey(message.group_id, message.topic, message.partition)
+        claim = self._claims.get(key)
+        if claim is None:
+            claim = self._claims[key] = _Claim()
+        sender = Owner(message.instance_id, message.client_id)
+        verdict = self._transition(claim, key, sender, message, record.timestamp_ms)
+        return Outcome(record, verdict, message)
+
+    def _transition(
+        self, claim: _Claim, key: PartitionKey, sender: Owner, message: Message, ts: int
+    ) -> Verdict:
+        if isinstance(message, ClaimingPartition):
+            return self._claim(claim, key, sender, ts)
+        if claim.owner != sender:
+            return Verdict.NOT_OWNER
+        if isinstance(message, Heartbeat):
+            claim.last_heartbeat_ms = ts
+            claim.committed_offset = message.offset
+            return Verdict.HEARTBEAT
+        if isinstance(message, ReleasingPartition):
+            claim.owner = None
+            claim.committed_offset = message.offset
+            claim.last_release_ms = ts
+            claim.released_by = sender
+            return Verdict.RELEASED
+        if isinstance(message, ClaimingMessages):
+            previous = claim.amo_claimed_offset
+            if previous is None or message.proposed_last_offset > previous:
+                claim.amo_claimed_offset = message.proposed_last_offset
+            return Verdict.MESSAGES_CLAIMED
+        # A registered extension this rationalizer does not interpret (yet).
+        return Verdict.UNKNOWN_TYPE
+
+    def _claim(self, claim: _Claim, key: PartitionKey, sender: Owner, ts: int) -> Verdict:
+        owner = claim.owner
+        if owner == sender:
+            claim.last_heartbeat_ms = ts
+            return Verdict.CLAIM_RENEWED
+        if owner is not None and owner.client_id == sender.client_id:
+            # A restarted process of the same logical consumer takes its partitions back.
+            claim.owner = sender
+            claim.claimed_at_ms = ts
+            claim.last_heartbeat_ms = ts
+            return Verdict.CLAIM_RECLAIMED
+        if owner is not None and claim.last_heartbeat_ms is not None:
+            hi = self.config.heartbeat_interval_for(key.group)
+            if ts - claim.last_heartbeat_ms <= 2 * hi:
+                return Verdict.CLAIM_LOST
+        claim.owner = sender
+        claim.claimed_at_ms = ts
+        claim.last_heartbeat_ms = ts
+        return Verdict.CLAIM_WON
+
+    def skip_to(self, coordination_partition: int, position: int) -> None:
+        """Begin (or continue) that partition's replay at ``position``; records below it will
+        be treated as duplicates. Only moves forward."""
+        if position > self._next_position.get(coordination_partition, 0):
+            self._next_position[coordination_partition] = position
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def next_position(self, coordination_partition: int) -> int:
+        """The position the next record of that coordination partition will have."""
+        return self._next_position.get(coordination_partition, 0)
+
+    def last_timestamp_ms(self, coordination_partition: int) -> int | None:
+        """Broker timestamp of the last record applied from that coordination partition."""
+        return self._last_timestamp.get(coordination_partition)
+
+    def claim(self, group: str, topic: str, partition: int) -> PartitionClaim:
+        """The state of one partition (an unclaimed view when nothing is known of it)."""
+        key = PartitionKey(group, topic, partition)
+        return self._view(key, self._claims.get(key) or _Claim())
+
+    def claims(
+        self, group: str | None = None, topic: str | None = None
+    ) -> list[PartitionClaim]:
+        """Every partition the log mentions, optionally filtered, sorted by key."""
+        return [
+            self._view(key, state)
+            for key, state in sorted(self._claims.items())
+            if (group is None or key.group == group) and (topic is None or key.topic == topic)
+        ]
+
+    def _view(self, key: PartitionKey, state: _Claim) -> PartitionClaim:
+        return PartitionClaim(
+            key=key,
+            owner=state.owner,
+            claimed_at_ms=state.claimed_at_ms,
+            last_heartbeat_ms=state.last_heartbeat_ms,
+            committed_offset=state.committed_offset,
+            last_release_ms=state.last_release_ms,
+            released_by=state.released_by,
+            amo_claimed_offset=state.amo_claimed_offset,
+            heartbeat_interval_ms=self.config.heartbeat_interval_for(key.group),
+        )
+
+    def ignored_count(self) -> int:
+        """Valid messages the rules ignored (lost claims, non-owners, misplaced)."""
+        return sum(n for v, n in self.counters.items() if not v.applied and not v.skipped
+                   and v is not Verdict.DUPLICATE)
+
+    def skipped_count(self) -> int:
+        """Records that could not be read as messages (garbage, unknown types or versions)."""
+        return sum(n for v, n in self.counters.items() if v.skipped)

@@ -1,0 +1,75 @@
+"""Test helpers: building coordination logs by hand."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from marshal_py.protocol import (
+    ClaimingMessages,
+    ClaimingPartition,
+    Heartbeat,
+    Message,
+    ReleasingPartition,
+    coordination_partition,
+    encode,
+)
+from marshal_py.world import CoordinationRecord, Rationalizer, RationalizerConfig
+
+HI = 10_000  # heartbeat interval used by scenario tests, in ms
+T0 = 1_700_000_000_000
+
+
+@dataclass
+class Scenario:
+    """A coordination log written record by record, with explicit broker timestamps."""
+
+    partitions: int = 4
+    heartbeat_interval_ms: int = HI
+    records: list[CoordinationRecord] = field(default_factory=list)
+
+    def _next_position(self, partition: int) -> int:
+        return sum(1 for r in self.records if r.partition == partition)
+
+    def raw(self, value: bytes | None, at: int, partition: int = 0) -> CoordinationRecord:
+        record = CoordinationRecord(partition, self._next_position(partition), T0 + at, value)
+        self.records.append(record)
+        return record
+
+    def write(self, message: Message, at: int, partition: int | None = None) -> CoordinationRecord:
+        if partition is None:
+            partition = coordination_partition(message.topic, self.partitions)
+        return self.raw(encode(message), at, partition)
+
+    @staticmethod
+    def _base(client: str, instance: str | None, group: str, topic: str, partition: int) -> dict:
+        return dict(sent_at=0, instance_id=instance or f"i-{client}", client_id=client,
+                    group_id=group, topic=topic, partition=partition)
+
+    def claim(self, client: str, at: int, *, instance: str | None = None, group: str = "g",
+              topic: str = "t", partition: int = 0) -> CoordinationRecord:
+        return self.write(ClaimingPartition(**self._base(client, instance, group, topic,
+                                                         partition)), at)
+
+    def heartbeat(self, client: str, at: int, offset: int, *, instance: str | None = None,
+                  group: str = "g", topic: str = "t", partition: int = 0) -> CoordinationRecord:
+        return self.write(Heartbeat(**self._base(client, instance, group, topic, partition),
+                                    offset=offset), at)
+
+    def release(self, client: str, at: int, offset: int, *, instance: str | None = None,
+                group: str = "g", topic: str = "t", partition: int = 0) -> CoordinationRecord:
+        return self.write(ReleasingPartition(**self._base(client, instance, group, topic,
+                                                          partition), offset=offset), at)
+
+    def claim_messages(self, client: str, at: int, last: int, *, instance: str | None = None,
+                       group: str = "g", topic: str = "t",
+                       partition: int = 0) -> CoordinationRecord:
+        return self.write(ClaimingMessages(**self._base(client, instance, group, topic, partition),
+                                           proposed_last_offset=last), at)
+
+    def rationalizer(self) -> Rationalizer:
+        return Rationalizer(RationalizerConfig(self.partitions, self.heartbeat_interval_ms))
+
+    def replay(self) -> Rationalizer:
+        r = self.rationalizer()
+        r.apply_all(self.records)
+        return r

@@ -1,0 +1,103 @@
+"""The wire format: the original text form bit for bit, escaping, and typed decode errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from marshal_py.protocol import (
+    ClaimingMessages,
+    ClaimingPartition,
+    DecodeError,
+    DecodeErrorKind,
+    Heartbeat,
+    ReleasingPartition,
+    decode,
+    encode,
+    escape_field,
+    unescape_field,
+    wire_version,
+)
+
+BASE = dict(sent_at=1700000000, instance_id="ab12cd34", client_id="worker-1",
+            group_id="team.job", topic="events", partition=3)
+
+VECTORS = [
+    (Heartbeat(**BASE, offset=5), b"Heartbeat/1/1700000000/ab12cd34/worker-1/team.job/events/3/5"),
+    (ClaimingPartition(**BASE), b"ClaimingPartition/1/1700000000/ab12cd34/worker-1/team.job/events/3"),
+    (ReleasingPartition(**BASE, offset=42),
+     b"ReleasingPartition/1/1700000000/ab12cd34/worker-1/team.job/events/3/42"),
+    (ClaimingMessages(**BASE, proposed_last_offset=99),
+     b"ClaimingMessages/1/1700000000/ab12cd34/worker-1/team.job/events/3/99"),
+]
+
+
+@pytest.mark.parametrize(("message", "wire"), VECTORS)
+def test_base_messages_encode_to_the_original_text_form(message: object, wire: bytes) -> None:
+    assert encode(message) == wire  # type: ignore[arg-type]
+    assert decode(wire) == message
+
+
+def test_ids_with_a_slash_use_version_2_escaping_and_round_trip() -> None:
+    message = Heartbeat(**{**BASE, "client_id": "a/b%c", "group_id": "g/%2F"}, offset=1)
+    wire = encode(message)
+    assert wire == b"Heartbeat/2/1700000000/ab12cd34/a%2Fb%25c/g%2F%252F/events/3/1"
+    assert wire_version(message) == 2
+    assert decode(wire) == message
+
+
+def test_percent_without_slash_stays_version_1_literal() -> None:
+    message = Heartbeat(**{**BASE, "client_id": "100%"}, offset=1)
+    assert encode(message) == b"Heartbeat/1/1700000000/ab12cd34/100%/team.job/events/3/1"
+    assert decode(encode(message)) == message
+
+
+def test_version_2_of_a_base_message_decodes_the_same_fields() -> None:
+    assert decode(b"Heartbeat/2/1700000000/ab12cd34/worker-1/team.job/events/3/5") == VECTORS[0][0]
+
+
+def test_escape_helpers() -> None:
+    assert escape_field("%/x") == "%25%2Fx"
+    assert unescape_field("%25%2f%2Fx") == "%//x"
+
+
+@pytest.mark.parametrize(
+    ("wire", "kind"),
+    [
+        (b"", DecodeErrorKind.MALFORMED),
+        (b"Heartbeat", DecodeErrorKind.MALFORMED),
+        (b"Heartbeat/1/1700000000/ab12cd34/worker-1/team.job/events/3", DecodeErrorKind.MALFORMED),
+        (b"Heartbeat/1/1700000000/ab12cd34/worker-1/team.job/events/3/5/6", DecodeErrorKind.MALFORMED),
+        (b"Heartbeat/1/1700000000/ab12cd34/worker-1/team.job/events/x/5", DecodeErrorKind.MALFORMED),
+        (b"Heartbeat/1/1700000000/ab12cd34/worker-1/team.job/events/3/5.0", DecodeErrorKind.MALFORMED),
+        (b"Heartbeat/1/1700000000/ab12cd34/worker-1/team.job/events/+3/5", DecodeErrorKind.MALFORMED),
+        (b"Heartbeat/1/1700000000/ab12cd34/worker-1/team.job/events/03/5", DecodeErrorKind.MALFORMED),
+        (b"Heartbeat/1/1700000000/ab12cd34/worker-1/team.job/events/-1/5", DecodeErrorKind.MALFORMED),
+        (b"Heartbeat/1/1700000000/ab12cd34/worker-1/team.job/events/3/99999999999999999999",
+         DecodeErrorKind.MALFORMED),
+        (b"Heartbeat/x/1700000000/ab12cd34/worker-1/team.job/events/3/5", DecodeErrorKind.MALFORMED),
+        (b"Heartbeat/2/1700000000/ab12cd34/bad%zz/team.job/events/3/5", DecodeErrorKind.MALFORMED),
+        (b"Heartbeat/2/1700000000/ab12cd34/bad%/team.job/events/3/5", DecodeErrorKind.MALFORMED),
+        (b"\xff\xfe", DecodeErrorKind.MALFORMED),
+        (b"Heartbeat/3/1700000000/ab12cd34/worker-1/team.job/events/3/5",
+         DecodeErrorKind.UNKNOWN_VERSION),
+        (b"Heartbeat/0/1700000000/ab12cd34/worker-1/team.job/events/3/5",
+         DecodeErrorKind.UNKNOWN_VERSION),
+        (b"ClaimingEverything/1/1700000000/ab12cd34/worker-1/team.job/events/3",
+         DecodeErrorKind.UNKNOWN_TYPE),
+    ],
+)
+def test_bad_records_raise_a_typed_decode_error(wire: bytes, kind: DecodeErrorKind) -> None:
+    with pytest.raises(DecodeError) as info:
+        decode(wire)
+    assert info.value.kind is kind
+
+
+def test_encode_refuses_unregistered_types() -> None:
+    from marshal_py.protocol.messages import Message
+
+    class Unregistered(Message):
+        __slots__ = ()
+
+    Unregistered.TYPE = "Unregistered"
+    with pytest.raises(ValueError):
+        encode(Unregistered(**BASE))

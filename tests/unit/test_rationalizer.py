@@ -1,0 +1,297 @@
+"""Rationalizer rules: the original suite's scenarios, plus the faults we fixed."""
+
+from __future__ import annotations
+
+from marshal_py.world import ClaimStatus, Owner, Verdict
+from tests.support import HI, T0, Scenario
+
+
+def owner_of(s: Scenario, **where: object) -> str | None:
+    claim = s.replay().claim(str(where.get("group", "g")), str(where.get("topic", "t")),
+                             int(where.get("partition", 0)))  # type: ignore[call-overload]
+    return claim.owner.client_id if claim.owner else None
+
+
+def test_a_lone_claim_wins_and_is_fresh() -> None:
+    s = Scenario()
+    s.claim("a", at=0)
+    r = s.replay()
+    claim = r.claim("g", "t", 0)
+    assert claim.owner == Owner("i-a", "a")
+    assert claim.status(T0) is ClaimStatus.FRESH
+    assert r.counters[Verdict.CLAIM_WON] == 1
+
+
+def test_status_boundaries_at_hi_2hi_and_2hi_plus_1() -> None:
+    s = Scenario()
+    s.claim("a", at=0)
+    claim = s.replay().claim("g", "t", 0)
+    assert claim.status(T0 + HI - 1) is ClaimStatus.FRESH
+    assert claim.status(T0 + HI) is ClaimStatus.UNKNOWN
+    assert claim.status(T0 + 2 * HI) is ClaimStatus.UNKNOWN
+    assert claim.is_held(T0 + 2 * HI)
+    assert claim.status(T0 + 2 * HI + 1) is ClaimStatus.STALE
+    assert not claim.is_held(T0 + 2 * HI + 1)
+
+
+def test_a_competing_claim_at_exactly_2hi_loses_and_at_2hi_plus_1_wins() -> None:
+    s = Scenario()
+    s.claim("a", at=0)
+    s.claim("b", at=2 * HI)
+    assert owner_of(s) == "a"
+    s.claim("b", at=2 * HI + 1)
+    assert owner_of(s) == "b"
+
+
+def test_unclaimed_partition_has_no_owner() -> None:
+    s = Scenario()
+    claim = s.replay().claim("g", "t", 7)
+    assert claim.owner is None
+    assert claim.status(T0) is ClaimStatus.UNCLAIMED
+
+
+def test_earliest_claim_in_log_order_wins_a_race() -> None:
+    s = Scenario()
+    s.claim("a", at=5)
+    s.claim("b", at=5)
+    s.claim("c", at=6)
+    r = s.replay()
+    assert r.claim("g", "t", 0).owner == Owner("i-a", "a")
+    assert r.counters[Verdict.CLAIM_LOST] == 2
+
+
+def test_claims_are_scoped_per_group() -> None:
+    s = Scenario()
+    s.claim("a", at=0, group="g1")
+    s.claim("b", at=1, group="g2")
+    r = s.replay()
+    assert r.claim("g1", "t", 0).owner == Owner("i-a", "a")
+    assert r.claim("g2", "t", 0).owner == Owner("i-b", "b")
+
+
+def test_claims_are_scoped_per_topic_and_partition() -> None:
+    s = Scenario()
+    s.claim("a", at=0, topic="t", partition=0)
+    s.claim("b", at=1, topic="t", partition=1)
+    s.claim("c", at=2, topic="u", partition=0)
+    r = s.replay()
+    assert [c.owner.client_id for c in r.claims() if c.owner] == ["a", "b", "c"]
+
+
+def test_partitions_beyond_the_known_count_are_tracked() -> None:
+    s = Scenario()
+    s.claim("a", at=0, partition=5000)
+    assert owner_of(s, partition=5000) == "a"
+
+
+def test_heartbeats_keep_a_claim_fresh_and_commit_offsets() -> None:
+    s = Scenario()
+    s.claim("a", at=0)
+    s.heartbeat("a", at=HI, offset=10)
+    s.heartbeat("a", at=2 * HI, offset=20)
+    s.claim("b", at=3 * HI)  # 1 HI after the last heartbeat: held
+    r = s.replay()
+    claim = r.claim("g", "t", 0)
+    assert claim.owner == Owner("i-a", "a")
+    assert claim.committed_offset == 20
+    assert claim.last_heartbeat_ms == T0 + 2 * HI
+    assert r.counters[Verdict.CLAIM_LOST] == 1
+
+
+def test_reclaim_by_the_owner_is_a_renewal() -> None:
+    s = Scenario()
+    s.claim("a", at=0)
+    s.heartbeat("a", at=1, offset=3)
+    s.claim("a", at=HI)
+    r = s.replay()
+    claim = r.claim("g", "t", 0)
+    assert claim.owner == Owner("i-a", "a")
+    assert claim.claimed_at_ms == T0
+    assert claim.last_heartbeat_ms == T0 + HI
+    assert claim.committed_offset == 3
+    assert r.counters[Verdict.CLAIM_RENEWED] == 1
+
+
+def test_a_restarted_instance_of_the_same_client_reclaims_without_a_race() -> None:
+    s = Scenario()
+    s.claim("a", at=0, instance="old")
+    s.heartbeat("a", at=1, offset=7, instance="old")
+    s.claim("a", at=2, instance="new")
+    s.heartbeat("a", at=3, offset=9, instance="old")  # the old process is no longer owner
+    r = s.replay()
+    claim = r.claim("g", "t", 0)
+    assert claim.owner == Owner("new", "a")
+    assert claim.committed_offset == 7
+    assert r.counters[Verdict.CLAIM_RECLAIMED] == 1
+    assert r.counters[Verdict.NOT_OWNER] == 1
+
+
+def test_release_by_the_owner_frees_the_partition_and_sets_the_offset() -> None:
+    s = Scenario()
+    s.claim("a", at=0)
+    s.heartbeat("a", at=1, offset=5)
+    s.release("a", at=2, offset=8)
+    r = s.replay()
+    claim = r.claim("g", "t", 0)
+    assert claim.owner is None
+    assert claim.committed_offset == 8
+    assert claim.last_release_ms == T0 + 2
+    assert claim.released_by == Owner("i-a", "a")
+    assert claim.status(T0 + 3) is ClaimStatus.UNCLAIMED
+    s.claim("b", at=3)  # a released partition can be claimed at once
+    assert owner_of(s) == "b"
+
+
+def test_release_by_a_non_owner_is_ignored() -> None:
+    s = Scenario()
+    s.claim("a", at=0)
+    s.heartbeat("a", at=1, offset=5)
+    s.release("b", at=2, offset=100)
+    r = s.replay()
+    claim = r.claim("g", "t", 0)
+    assert claim.owner == Owner("i-a", "a")
+    assert claim.committed_offset == 5
+    assert r.counters[Verdict.NOT_OWNER] == 1
+
+
+def test_a_non_owner_heartbeat_never_takes_a_claim_over() -> None:
+    # The original let this heartbeat make "b" the owner.
+    s = Scenario()
+    s.claim("a", at=0)
+    s.heartbeat("b", at=3 * HI, offset=50)
+    r = s.replay()
+    claim = r.claim("g", "t", 0)
+    assert claim.owner == Owner("i-a", "a")
+    assert claim.committed_offset is None
+    assert claim.status(T0 + 3 * HI) is ClaimStatus.STALE
+    assert r.counters[Verdict.NOT_OWNER] == 1
+
+
+def test_a_heartbeat_on_an_unclaimed_partition_is_ignored() -> None:
+    s = Scenario()
+    s.heartbeat("a", at=0, offset=5)
+    r = s.replay()
+    assert r.claim("g", "t", 0).owner is None
+    assert r.counters[Verdict.NOT_OWNER] == 1
+
+
+def test_a_claim_never_resets_the_committed_offset() -> None:
+    s = Scenario()
+    s.claim("a", at=0)
+    s.heartbeat("a", at=1, offset=40)
+    s.claim_messages("a", at=2, last=45)
+    s.claim("b", at=3 * HI)  # takeover after a went stale
+    claim = s.replay().claim("g", "t", 0)
+    assert claim.owner == Owner("i-b", "b")
+    assert claim.committed_offset == 40
+    assert claim.amo_claimed_offset == 45
+
+
+def test_claiming_messages_only_from_the_owner_and_only_grows() -> None:
+    s = Scenario()
+    s.claim("a", at=0)
+    s.claim_messages("a", at=1, last=10)
+    s.claim_messages("a", at=2, last=5)
+    s.claim_messages("b", at=3, last=99)
+    r = s.replay()
+    assert r.claim("g", "t", 0).amo_claimed_offset == 10
+    assert r.counters[Verdict.MESSAGES_CLAIMED] == 2
+    assert r.counters[Verdict.NOT_OWNER] == 1
+
+
+def test_the_stale_owner_is_replaced_and_its_late_heartbeats_ignored() -> None:
+    s = Scenario()
+    s.claim("a", at=0)
+    s.heartbeat("a", at=HI, offset=1)
+    s.claim("b", at=3 * HI + 1)
+    s.heartbeat("a", at=3 * HI + 2, offset=2)  # a zombie wakes up
+    s.heartbeat("b", at=3 * HI + 3, offset=3)
+    claim = s.replay().claim("g", "t", 0)
+    assert claim.owner == Owner("i-b", "b")
+    assert claim.committed_offset == 3
+
+
+def test_decisions_use_the_broker_timestamp_not_the_query_time() -> None:
+    # Replaying later (a larger now) never changes who won a race decided in the log.
+    s = Scenario()
+    s.claim("a", at=0)
+    s.claim("b", at=HI)
+    for now in (T0, T0 + 10 * HI, T0 + 1000 * HI):
+        claim = s.replay().claim("g", "t", 0)
+        assert claim.owner == Owner("i-a", "a")
+        assert claim.status(now) in (ClaimStatus.FRESH, ClaimStatus.UNKNOWN, ClaimStatus.STALE)
+
+
+def test_garbage_and_unknown_records_are_counted_and_skipped() -> None:
+    s = Scenario()
+    s.claim("a", at=0)
+    p = s.records[0].partition
+    s.raw(b"\x00\x01garbage", at=1, partition=p)
+    s.raw(b"Heartbeat/7/0/i-a/a/g/t/0/9", at=2, partition=p)
+    s.raw(b"SomethingNew/2/x", at=3, partition=p)
+    s.raw(None, at=4, partition=p)
+    s.raw(b"Heartbeat/1/0/i-a/a/g/t/0", at=5, partition=p)
+    s.heartbeat("a", at=6, offset=3)
+    r = s.replay()
+    assert r.claim("g", "t", 0).committed_offset == 3
+    assert r.counters[Verdict.MALFORMED] == 2
+    assert r.counters[Verdict.UNKNOWN_VERSION] == 1
+    assert r.counters[Verdict.UNKNOWN_TYPE] == 1
+    assert r.counters[Verdict.TOMBSTONE] == 1
+    assert r.skipped_count() == 5
+
+
+def test_records_on_the_wrong_coordination_partition_are_ignored() -> None:
+    s = Scenario()
+    from marshal_py.protocol import ClaimingPartition, coordination_partition
+
+    home = coordination_partition("t", 4)
+    wrong = (home + 1) % 4
+    s.write(ClaimingPartition(0, "i-x", "x", "g", "t", 0), at=0, partition=wrong)
+    r = s.replay()
+    assert r.claim("g", "t", 0).owner is None
+    assert r.counters[Verdict.MISPLACED] == 1
+    assert r.ignored_count() == 1
+
+
+def test_repeated_positions_are_duplicates() -> None:
+    s = Scenario()
+    record = s.claim("a", at=0)
+    r = s.rationalizer()
+    assert r.apply(record).verdict is Verdict.CLAIM_WON
+    assert r.apply(record).verdict is Verdict.DUPLICATE
+    assert r.next_position(record.partition) == 1
+
+
+def test_skip_to_starts_a_replay_mid_log() -> None:
+    s = Scenario()
+    s.claim("a", at=0)
+    s.claim("b", at=3 * HI)
+    r = s.rationalizer()
+    r.skip_to(s.records[0].partition, 1)
+    r.apply_all(s.records)
+    assert r.claim("g", "t", 0).owner == Owner("i-b", "b")
+    assert r.counters[Verdict.DUPLICATE] == 1
+
+
+def test_per_group_heartbeat_intervals() -> None:
+    from marshal_py.world import Rationalizer, RationalizerConfig
+
+    s = Scenario()
+    s.claim("a", at=0, group="slow")
+    s.claim("b", at=3 * HI, group="slow")
+    r = Rationalizer(RationalizerConfig(4, HI, {"slow": 10 * HI}))
+    r.apply_all(s.records)
+    assert r.claim("slow", "t", 0).owner == Owner("i-a", "a")
+    assert r.claim("slow", "t", 0).status(T0 + 15 * HI) is ClaimStatus.UNKNOWN
+
+
+def test_observers_see_every_outcome() -> None:
+    s = Scenario()
+    s.claim("a", at=0)
+    s.claim("b", at=1)
+    r = s.rationalizer()
+    seen: list[Verdict] = []
+    r.observe(lambda o: seen.append(o.verdict))
+    r.apply_all(s.records)
+    assert seen == [Verdict.CLAIM_WON, Verdict.CLAIM_LOST]
