@@ -14,7 +14,12 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
-from kafka.errors import KafkaError, KafkaTimeoutError, NoBrokersAvailable
+from kafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    TopicAlreadyExistsError,
+)
 
 from marshal_py.errors import BrokerUnavailableError, ConfigurationError, CoordinationTopicError
 from marshal_py.world.records import CoordinationRecord
@@ -85,7 +90,7 @@ class KafkaLog:
         try:
             self._admin = KafkaAdminClient(**common)
             self._partition_count = self._ensure_topic()
-        except (NoBrokersAvailable, KafkaTimeoutError) as exc:
+        except (KafkaConnectionError, KafkaTimeoutError) as exc:
             self.close()
             raise _unreachable(config, exc) from exc
         except Exception:
@@ -149,9 +154,9 @@ class KafkaLog:
                 },
                 wait_for_metadata=True,
             )
+        except TopicAlreadyExistsError:
+            return  # another client created it first
         except KafkaError as exc:
-            if "TopicAlreadyExists" in type(exc).__name__:
-                return  # another client created it first
             raise CoordinationTopicError(
                 f"could not create coordination topic {self.config.topic!r}: {exc}"
             ) from exc
@@ -197,7 +202,7 @@ class KafkaLog:
                     linger_ms=0,
                     **self._common,
                 )
-            except (NoBrokersAvailable, KafkaTimeoutError) as exc:
+            except (KafkaConnectionError, KafkaTimeoutError) as exc:
                 raise _unreachable(self.config, exc) from exc
         return self._producer
 
@@ -211,7 +216,7 @@ class KafkaLog:
                     fetch_max_wait_ms=100,
                     **self._common,
                 )
-            except (NoBrokersAvailable, KafkaTimeoutError) as exc:
+            except (KafkaConnectionError, KafkaTimeoutError) as exc:
                 raise _unreachable(self.config, exc) from exc
         return self._consumer
 

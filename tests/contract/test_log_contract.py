@@ -1,0 +1,123 @@
+"""One contract, two implementations: MemoryLog and KafkaLog (on the real broker)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from marshal_py.log import (
+    CoordinationLog,
+    KafkaLog,
+    KafkaLogConfig,
+    MemoryLog,
+    catch_up,
+    replay_start,
+)
+from marshal_py.protocol import ClaimingPartition, Heartbeat, coordination_partition, encode
+from marshal_py.world import Owner, Rationalizer, RationalizerConfig
+
+PARTITIONS = 2
+
+
+@pytest.fixture(params=["memory", "kafka"])
+def log(request: pytest.FixtureRequest, unique_name: str) -> Iterator[CoordinationLog]:
+    if request.param == "memory":
+        memory = MemoryLog(partitions=PARTITIONS)
+        yield memory
+        memory.close()
+        return
+    bootstrap = request.getfixturevalue("kafka_bootstrap")
+    kafka = KafkaLog(KafkaLogConfig(bootstrap_servers=bootstrap, topic=f"__marshal-{unique_name}",
+                                    partitions=PARTITIONS))
+    yield kafka
+    kafka.close()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def test_partition_count(log: CoordinationLog) -> None:
+    assert log.partition_count() == PARTITIONS
+
+
+def test_append_assigns_growing_positions_and_the_logs_own_timestamps(
+        log: CoordinationLog) -> None:
+    before = now_ms()
+    first = log.append(1, b"one")
+    second = log.append(1, b"two")
+    other = log.append(0, b"zero")
+    after = now_ms()
+    assert (first.partition, first.position, first.value) == (1, 0, b"one")
+    assert second.position == 1
+    assert other.position == 0
+    assert second.timestamp_ms >= first.timestamp_ms
+    assert before - 5_000 <= first.timestamp_ms <= after + 5_000
+    assert log.start_position(1) == 0
+    assert log.end_position(1) == 2
+    assert log.end_position(0) == 1
+
+
+def test_fetch_returns_records_from_the_start_in_order(log: CoordinationLog) -> None:
+    for i in range(5):
+        log.append(0, f"r{i}".encode())
+    log.append(1, b"other")
+    got = []
+    while len(got) < 3:
+        got.extend(log.fetch({0: 2}, timeout_s=5.0))
+    assert [r.value for r in got] == [b"r2", b"r3", b"r4"]
+    assert [r.position for r in got] == [2, 3, 4]
+    assert all(r.partition == 0 for r in got)
+
+
+def test_fetch_returns_nothing_when_nothing_arrives(log: CoordinationLog) -> None:
+    log.append(0, b"x")
+    assert log.fetch({0: 1}, timeout_s=0.2) == []
+
+
+def test_fetch_wakes_up_for_a_record_appended_meanwhile(log: CoordinationLog) -> None:
+    log.append(0, b"warm-up")  # so the Kafka consumer has its metadata
+    appended = threading.Event()
+
+    def writer() -> None:
+        appended.wait(5)
+        log.append(0, b"late")
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    appended.set()
+    got = []
+    deadline = time.monotonic() + 20
+    while not got and time.monotonic() < deadline:
+        got = log.fetch({0: 1}, timeout_s=5.0)
+    thread.join()
+    assert [r.value for r in got] == [b"late"]
+
+
+def test_position_for_time(log: CoordinationLog) -> None:
+    first = log.append(0, b"a")
+    log.append(0, b"b")
+    assert log.position_for_time(0, first.timestamp_ms) == 0
+    assert log.position_for_time(0, 0) == 0
+    assert log.position_for_time(0, now_ms() + 3_600_000) == log.end_position(0)
+    assert replay_start(log, 0, now_ms() + 3_600_000, 1_000) == log.end_position(0)
+    assert replay_start(log, 0, now_ms(), 0) == 0
+
+
+def test_catch_up_replays_into_the_same_world(log: CoordinationLog) -> None:
+    topic = "events"
+    cp = coordination_partition(topic, PARTITIONS)
+    log.append(cp, encode(ClaimingPartition(0, "i1", "a", "g", topic, 0)))
+    log.append(cp, encode(ClaimingPartition(0, "i2", "b", "g", topic, 0)))
+    log.append(cp, b"garbage")
+    log.append(cp, encode(Heartbeat(0, "i1", "a", "g", topic, 0, 17)))
+    r = Rationalizer(RationalizerConfig(PARTITIONS, 10_000))
+    assert catch_up(log, r, range(PARTITIONS)) == 4
+    claim = r.claim("g", topic, 0)
+    assert claim.owner == Owner("i1", "a")
+    assert claim.committed_offset == 17
+    assert r.skipped_count() == 1
+    assert catch_up(log, r, range(PARTITIONS)) == 0
