@@ -80,9 +80,10 @@ def load_world(
     partitions = (
         (coordination_partition(topic, count),) if topic is not None else tuple(range(count))
     )
-    rationalizer = Rationalizer(
-        RationalizerConfig(coordination_partitions=count, heartbeat_interval_ms=heartbeat_interval_ms)
+    config = RationalizerConfig(
+        coordination_partitions=count, heartbeat_interval_ms=heartbeat_interval_ms
     )
+    rationalizer = Rationalizer(config)
     if on_outcome is not None:
         rationalizer.observe(on_outcome)
     seek_to_window(log, rationalizer, partitions, now, window_ms)
