@@ -235,7 +235,8 @@ def tail(bootstrap_servers: str, coordination_topic: str, timeout: float,
         if as_json:
             click.echo(json.dumps(line))
         else:
-            click.echo(f"p{line['partition']}@{line['position']}  {line['time']}  "
+            where = f"p{line['partition']}@{line['position']}"
+            click.echo(f"{where:<10} {line['time']}  "
                        f"{line['verdict']:<16} {line['record']}")
 
     from marshal_py.log.replay import catch_up, seek_to_window

@@ -48,6 +48,8 @@ class DecodeError(ValueError):
 
 
 _REGISTRY: dict[str, type[Message]] = {}
+#: (name, is_int) for each wire field of each registered type, in order.
+_FIELD_KINDS: dict[type[Message], tuple[tuple[str, bool], ...]] = {}
 
 
 def register(message_type: type[Message]) -> type[Message]:
@@ -58,6 +60,9 @@ def register(message_type: type[Message]) -> type[Message]:
     if existing is not None and existing is not message_type:
         raise ValueError(f"message type {message_type.TYPE!r} is registered twice")
     _REGISTRY[message_type.TYPE] = message_type
+    _FIELD_KINDS[message_type] = tuple(
+        (f.name, f.type in ("int", int)) for f in dataclasses.fields(message_type)
+    )
     return message_type
 
 
@@ -84,9 +89,9 @@ def unescape_field(value: str) -> str:
     return _ESCAPE.sub(replace, value)
 
 
-def _field_kinds(message_type: type[Message]) -> list[tuple[str, bool]]:
-    """(name, is_int) for each wire field, in order."""
-    return [(f.name, f.type in ("int", int)) for f in dataclasses.fields(message_type)]
+def _field_kinds(message_type: type[Message]) -> tuple[tuple[str, bool], ...]:
+    """(name, is_int) for each wire field of a registered type, in order."""
+    return _FIELD_KINDS[message_type]
 
 
 def _format_field(value: object) -> str:
@@ -154,9 +159,10 @@ def decode(data: bytes) -> Message:
         )
     if version >= ESCAPED_VERSION:
         raw_fields = [unescape_field(f) for f in raw_fields]
-    values: dict[str, Any] = {}
-    for (name, is_int), raw in zip(kinds, raw_fields, strict=True):
-        values[name] = _parse_int(raw, name) if is_int else raw
+    values: dict[str, Any] = {
+        name: _parse_int(raw, name) if is_int else raw
+        for (name, is_int), raw in zip(kinds, raw_fields, strict=True)
+    }
     _check_ranges(type_name, values)
     return message_type(**values)
 

@@ -140,6 +140,7 @@ class Rationalizer:
         self._last_timestamp: dict[int, int] = {}
         self.counters: Counter[Verdict] = Counter()
         self._observers: list[Callable[[Outcome], None]] = []
+        self._home_partition: dict[str, int] = {}
 
     def observe(self, observer: Callable[[Outcome], None]) -> None:
         """Call ``observer`` with the outcome of every record applied from now on."""
@@ -172,9 +173,12 @@ class Rationalizer:
             message = decode(record.value)
         except DecodeError as exc:
             return Outcome(record, _DECODE_VERDICTS[exc.kind], detail=exc.detail)
-        expected_partition = coordination_partition(
-            message.topic, self.config.coordination_partitions
-        )
+        expected_partition = self._home_partition.get(message.topic)
+        if expected_partition is None:
+            expected_partition = coordination_partition(
+                message.topic, self.config.coordination_partitions
+            )
+            self._home_partition[message.topic] = expected_partition
         if record.partition != expected_partition:
             return Outcome(
                 record,
