@@ -69,8 +69,13 @@ def run(records: int, partitions: int, repeat: int) -> dict[str, float]:
         r.apply_all(log)
         timings.append(time.perf_counter() - start)
     median = statistics.median(timings)
-    return {"records": records, "seconds_median": median, "records_per_s": records / median,
-            "min_records_per_s": records / max(timings), "max_records_per_s": records / min(timings)}
+    return {
+        "records": records,
+        "seconds_median": median,
+        "records_per_s": records / median,
+        "min_records_per_s": records / max(timings),
+        "max_records_per_s": records / min(timings),
+    }
 
 
 def main() -> None:

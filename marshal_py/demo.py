@@ -10,6 +10,7 @@ until Ctrl-C so you can try the CLI against it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -80,10 +81,8 @@ def main() -> None:
                     "Ctrl-C stops it")
                 stop = threading.Event()
                 signal.signal(signal.SIGTERM, lambda *_: stop.set())
-                try:
+                with contextlib.suppress(KeyboardInterrupt):
                     stop.wait()
-                except KeyboardInterrupt:
-                    pass
             say("Stopping the broker")
     except MarshalError as exc:
         print(f"marshal demo: error: {exc}", file=sys.stderr)
