@@ -1,0 +1,17 @@
+"""The benchmarks run (a smoke test: no timing is asserted here; figures live in BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_rationalizer_benchmark_quick_mode_runs() -> None:
+    result = subprocess.run([sys.executable, "-m", "bench.rationalizer", "--quick"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "records/s" in result.stdout
+    assert "5,000 records x 1 runs" in result.stdout
