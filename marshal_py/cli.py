@@ -290,7 +290,11 @@ def tail(bootstrap_servers: str, coordination_topic: str, timeout: float,
               help="Replication factor (default: min(3, brokers)).")
 def init(bootstrap_servers: str, coordination_topic: str, timeout: float, partitions: int,
          replication_factor: int | None) -> None:
-    """Create the coordination topic with the settings the protocol needs (idempotent)."""
+    """Create the coordination topic with the settings the protocol needs (idempotent).
+
+    Never change the partition count of an existing coordination topic: every topic's claims
+    live on one of its partitions (md5 placement), and a new count would move them.
+    """
     config = KafkaLogConfig(
         bootstrap_servers=bootstrap_servers,
         topic=coordination_topic,
@@ -302,7 +306,7 @@ def init(bootstrap_servers: str, coordination_topic: str, timeout: float, partit
     log = KafkaLog(config)
     try:
         click.echo(f"{coordination_topic}: {log.partition_count()} partitions, "
-                   "message.timestamp.type=LogAppendTime")
+                   "message.timestamp.type=LogAppendTime (never change its partition count)")
     finally:
         log.close()
 
