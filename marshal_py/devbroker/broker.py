@@ -1,0 +1,640 @@
+"""A real single-node Apache Kafka broker (KRaft mode) that the project starts by itself.
+
+:class:`DevBroker` resolves the broker jars (see :mod:`marshal_py.devbroker.jars`), writes a
+``server.properties`` into its data directory, formats the storage once, launches the JVM and
+waits until the broker answers a DescribeCluster request.
+
+No JVM outlives its Python parent: the JVM runs in its own session with a Linux parent-death
+signal (SIGKILL), and every started broker is stopped by an ``atexit`` hook. The parent-death
+signal fires when the *thread* that started the broker exits, so call :meth:`DevBroker.start`
+from a thread that lives as long as the broker (the main thread, typically).
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import ctypes
+import errno
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+from marshal_py.devbroker.jars import KAFKA_VERSION, resolve_kafka_jars
+from marshal_py.errors import DevBrokerError
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+"""The only interface the development broker listens on."""
+
+MIN_JAVA_VERSION = 17
+"""Oldest Java major version the Kafka 4.x broker runs on."""
+
+FORMAT_TIMEOUT_S = 120.0
+"""Longest the storage format step may take."""
+
+_PR_SET_PDEATHSIG = 1
+_JAVA_VERSION_RE = re.compile(r'version "([^"]+)"')
+_BIND_FAILURE_RE = re.compile(r"failed to bind to ([^\s:]+):(\d+): Address already in use")
+_LOG_LINE_RE = re.compile(r"^\[\d{4}-\d\d-\d\d [^\]]*\] (?P<level>[A-Z]+) (?P<message>.*)$")
+_MAX_QUOTE = 300
+
+_SERVER_PROPERTIES = """\
+# Written by marshal_py.devbroker on every start; edits are overwritten.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@{host}:{controller_port}
+listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}
+advertised.listeners=PLAINTEXT://{host}:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs={log_dirs}
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+"""
+
+_LOG4J2_PROPERTIES = """\
+# Written by marshal_py.devbroker: the broker logs INFO and above to stdout (broker.log).
+status = warn
+appender.stdout.type = Console
+appender.stdout.name = STDOUT
+appender.stdout.layout.type = PatternLayout
+appender.stdout.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
+
+
+def find_java() -> tuple[str, int]:
+    """Return the ``java`` executable to use and its major version.
+
+    ``$JAVA_HOME/bin/java`` when it exists, else ``java`` on ``PATH``.
+
+    Raises:
+        DevBrokerError: no Java is found, ``java -version`` fails, or the Java is older than
+            :data:`MIN_JAVA_VERSION`.
+    """
+    java: str | None = None
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = Path(java_home) / "bin" / "java"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            java = str(candidate)
+    if java is None:
+        java = shutil.which("java")
+    if java is None:
+        raise DevBrokerError(
+            f"Java is not installed (no java on PATH, JAVA_HOME unset or without bin/java); "
+            f"the Kafka {KAFKA_VERSION} broker needs Java {MIN_JAVA_VERSION} or newer: install "
+            "a JDK (e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME"
+        )
+    try:
+        result = subprocess.run(
+            [java, "-version"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DevBrokerError(
+            f"cannot run `{java} -version` ({exc}); reinstall Java {MIN_JAVA_VERSION} or newer "
+            "or point JAVA_HOME at a working one"
+        ) from exc
+    output = result.stderr + result.stdout
+    major = parse_java_major_version(output)
+    if result.returncode != 0 or major is None:
+        first = output.strip().splitlines()[0] if output.strip() else "no output"
+        raise DevBrokerError(
+            f"cannot tell the version of {java} (`java -version` said: {first[:_MAX_QUOTE]}); "
+            f"install Java {MIN_JAVA_VERSION} or newer or point JAVA_HOME at one"
+        )
+    if major < MIN_JAVA_VERSION:
+        raise DevBrokerError(
+            f"{java} is Java {major}, but the Kafka {KAFKA_VERSION} broker needs Java "
+            f"{MIN_JAVA_VERSION} or newer: install one (e.g. `apt-get install "
+            "openjdk-17-jre-headless`) and put it first on PATH or set JAVA_HOME"
+        )
+    return java, major
+
+
+def parse_java_major_version(output: str) -> int | None:
+    """Return the major version in ``java -version`` output (``1.8.0_292`` gives 8)."""
+    match = _JAVA_VERSION_RE.search(output)
+    if match is None:
+        return None
+    parts = re.split(r"[.\-+_]", match.group(1))
+    try:
+        major = int(parts[0])
+        if major == 1 and len(parts) > 1:
+            major = int(parts[1])
+    except ValueError:
+        return None
+    return major
+
+
+def free_port(exclude: frozenset[int] = frozenset()) -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((HOST, 0))
+            port: int = sock.getsockname()[1]
+        if port not in exclude:
+            return port
+    raise DevBrokerError("cannot find a free TCP port on 127.0.0.1; free some ports and retry")
+
+
+def new_cluster_id() -> str:
+    """Return a fresh KRaft cluster id (base64url of 16 random bytes, without padding)."""
+    return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode("ascii")
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # The JVM binds with SO_REUSEADDR too, so TIME_WAIT leftovers do not count as busy.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise
+    return True
+
+
+def _check_port_free(port: int, what: str) -> None:
+    """Raise DevBrokerError when ``port`` on 127.0.0.1 cannot be bound."""
+    try:
+        free = _port_is_free(port)
+    except OSError as exc:
+        raise DevBrokerError(
+            f"cannot bind {what} {HOST}:{port} ({exc}); choose another port"
+        ) from exc
+    if not free:
+        raise DevBrokerError(
+            f"{what} {HOST}:{port} is already in use: stop whatever listens there "
+            f"(see `ss -ltnp 'sport = :{port}'`) or choose another port"
+        )
+
+
+def _make_preexec(parent_pid: int) -> Callable[[], None] | None:
+    """Return a preexec_fn that makes the child die with its parent (Linux), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    sigkill = int(signal.SIGKILL)
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+class DevBroker:
+    """A single-node Kafka broker for development and tests, listening on 127.0.0.1.
+
+    Use as a context manager (``with DevBroker() as broker: ...``) or call :meth:`start` and
+    :meth:`stop`. ``port=None`` picks a free port; ``data_dir=None`` uses a temporary directory
+    that :meth:`stop` removes, while an explicit ``data_dir`` is kept and re-used on the next
+    start (formatted only the first time). The broker's output goes to :attr:`log_path`.
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        data_dir: Path | None = None,
+        cache_dir: Path | None = None,
+        heap: str = "1g",
+    ) -> None:
+        """Prepare a broker (nothing is launched until :meth:`start`).
+
+        Args:
+            port: the PLAINTEXT port on 127.0.0.1; a free port when None.
+            data_dir: where the broker keeps its data and log; a temporary directory
+                (removed by :meth:`stop`) when None.
+            cache_dir: the jar cache root; :func:`~marshal_py.devbroker.jars.default_cache_dir`
+                when None.
+            heap: the JVM's maximum heap (``-Xmx``), e.g. ``"1g"`` or ``"512m"``.
+        """
+        if port is not None and not 1 <= port <= 65535:
+            raise DevBrokerError(f"port {port} is out of range; choose a port in 1..65535")
+        if not re.fullmatch(r"\d+[kKmMgG]?", heap):
+            raise DevBrokerError(f"heap {heap!r} is not a JVM heap size; use e.g. '1g' or '512m'")
+        self.port: int = port if port is not None else free_port()
+        self._owns_data_dir = data_dir is None
+        if data_dir is None:
+            self.data_dir: Path = Path(tempfile.mkdtemp(prefix="marshal-devbroker-"))
+        else:
+            self.data_dir = Path(data_dir).expanduser().resolve()
+        self.cache_dir: Path | None = cache_dir
+        self.heap: str = heap
+        self.controller_port: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._keep_for_inspection = False
+        self._atexit_registered = False
+
+    # -- public properties ------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The ``bootstrap.servers`` value clients use: ``"127.0.0.1:PORT"``."""
+        return f"{HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The JVM's process id while the broker is started, else None."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def log_path(self) -> Path:
+        """The file the broker's stdout and stderr go to (inside :attr:`data_dir`)."""
+        return self.data_dir / "broker.log"
+
+    def is_running(self) -> bool:
+        """True while the JVM launched by :meth:`start` is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def __repr__(self) -> str:
+        return f"DevBroker(bootstrap_servers={self.bootstrap_servers!r}, pid={self.pid})"
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self, timeout: float = 120.0) -> DevBroker:
+        """Resolve the jars, format the storage if needed, launch the JVM and await readiness.
+
+        Returns self once the broker answers a DescribeCluster request. Starting a running
+        broker does nothing. Call it from a thread that outlives the broker (the main thread,
+        typically): the JVM gets SIGKILL when the thread that launched it exits.
+
+        Raises:
+            DevBrokerError: Java or Maven is missing, the jars cannot be resolved, the port is
+                busy, the broker exits during startup or does not answer within ``timeout``
+                seconds (the JVM is stopped in those cases).
+        """
+        if self.is_running():
+            return self
+        if self._proc is not None:  # it died since the last start: clean up first
+            self._reap()
+        deadline = time.monotonic() + timeout
+        self._keep_for_inspection = False
+        java, major = find_java()
+        log.debug("using %s (Java %d)", java, major)
+        lib = resolve_kafka_jars(self.cache_dir)
+
+        _check_port_free(self.port, "port")
+        self.controller_port = free_port(exclude=frozenset({self.port}))
+
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            properties = self._write_config()
+        except OSError as exc:
+            raise DevBrokerError(
+                f"cannot write the broker configuration into {self.data_dir} ({exc}); "
+                "choose a writable data directory"
+            ) from exc
+        self._format_if_needed(java, lib, properties)
+        self._launch(java, lib, properties)
+        try:
+            self._await_ready(deadline, timeout)
+        except DevBrokerError:
+            self._keep_for_inspection = True  # a temporary data dir survives stop(): the log
+            self._reap()  # kills the JVM
+            raise
+        except BaseException:
+            self._reap()
+            raise
+        log.info(
+            "Kafka %s broker ready on %s (pid %s, log %s)",
+            KAFKA_VERSION,
+            self.bootstrap_servers,
+            self.pid,
+            self.log_path,
+        )
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the broker: SIGTERM, wait up to ``timeout`` seconds, then SIGKILL.
+
+        Removes the data directory if it was a temporary one, unless the broker failed (exited
+        by itself or did not start), in which case it is kept for its log. Calling it again, or
+        on a broker that never started, does nothing harmful.
+        """
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            log.info("stopping the Kafka broker (pid %d)", proc.pid)
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                log.warning(
+                    "the Kafka broker (pid %d) ignored SIGTERM for %.0f s; killing it",
+                    proc.pid,
+                    timeout,
+                )
+                self._kill()
+        elif proc is not None:
+            log.warning(
+                "the Kafka broker (pid %d) had exited with status %s", proc.pid, proc.poll()
+            )
+            self._keep_for_inspection = True
+        self._reap()
+        if self._owns_data_dir and self.data_dir.exists():
+            if self._keep_for_inspection:
+                log.warning(
+                    "kept %s (the failed broker's data and log); remove it when done", self.data_dir
+                )
+            else:
+                shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> DevBroker:
+        """Start the broker (see :meth:`start`)."""
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the broker (see :meth:`stop`)."""
+        self.stop()
+
+    # -- internals --------------------------------------------------------------------------
+
+    @property
+    def _pid_path(self) -> Path:
+        return self.data_dir / "broker.pid"
+
+    @property
+    def _kafka_log_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    def _write_config(self) -> Path:
+        assert self.controller_port is not None
+        properties = self.data_dir / "server.properties"
+        properties.write_text(
+            _SERVER_PROPERTIES.format(
+                host=HOST,
+                port=self.port,
+                controller_port=self.controller_port,
+                log_dirs=self._kafka_log_dir,
+            ),
+            encoding="utf-8",
+        )
+        (self.data_dir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES, encoding="utf-8")
+        return properties
+
+    def _format_if_needed(self, java: str, lib: Path, properties: Path) -> None:
+        if (self._kafka_log_dir / "meta.properties").is_file():
+            log.debug("%s is already formatted", self._kafka_log_dir)
+            return
+        cluster_id = new_cluster_id()
+        log.info("formatting %s (cluster id %s)", self._kafka_log_dir, cluster_id)
+        command = [
+            java,
+            *self._jvm_options(),
+            "-cp",
+            f"{lib}/*",
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            cluster_id,
+            "-c",
+            str(properties),
+        ]
+        try:
+            result = subprocess.run(
+                command,
+                cwd=self.data_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                timeout=FORMAT_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise DevBrokerError(
+                f"formatting the broker storage in {self._kafka_log_dir} failed ({exc}); "
+                "check the Java installation and retry"
+            ) from exc
+        if result.returncode != 0:
+            lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+            reason = next(
+                (line for line in lines if "Exception" in line or "Error" in line),
+                lines[-1] if lines else f"exit status {result.returncode}",
+            )
+            raise DevBrokerError(
+                f"formatting the broker storage in {self._kafka_log_dir} failed: "
+                f"{reason[:_MAX_QUOTE]}; remove that directory (it may belong to another "
+                "cluster) or choose another data directory"
+            )
+
+    def _jvm_options(self) -> list[str]:
+        return [
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            "-Djava.awt.headless=true",
+        ]
+
+    def _launch(self, java: str, lib: Path, properties: Path) -> None:
+        command = [
+            java,
+            f"-Xmx{self.heap}",
+            "-XX:+ExitOnOutOfMemoryError",
+            *self._jvm_options(),
+            "-cp",
+            f"{lib}/*",
+            "kafka.Kafka",
+            str(properties),
+        ]
+        if self.log_path.exists():
+            with contextlib.suppress(OSError):
+                os.replace(self.log_path, self.log_path.with_name("broker.log.1"))
+        log.info("starting the Kafka %s broker on %s", KAFKA_VERSION, self.bootstrap_servers)
+        log.debug("running %s", " ".join(command))
+        try:
+            # The child keeps its own descriptor of the log; the parent's closes right away.
+            with open(self.log_path, "wb") as log_file:
+                self._proc = subprocess.Popen(
+                    command,
+                    cwd=self.data_dir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=_make_preexec(os.getpid()),
+                )
+        except OSError as exc:
+            raise DevBrokerError(
+                f"cannot launch the Kafka broker with {java} ({exc}); check the Java installation"
+            ) from exc
+        if not self._atexit_registered:
+            atexit.register(self.stop)
+            self._atexit_registered = True
+        with contextlib.suppress(OSError):
+            self._pid_path.write_text(f"{self._proc.pid}\n", encoding="ascii")
+
+    def _await_ready(self, deadline: float, timeout: float) -> None:
+        proc = self._proc
+        assert proc is not None
+        while True:
+            returncode = proc.poll()
+            if returncode is not None:
+                raise self._startup_failure(returncode)
+            if self._answers():
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DevBrokerError(
+                    f"the Kafka broker on {self.bootstrap_servers} did not answer within "
+                    f"{timeout:.0f} s; see its log {self.log_path} or start it with a longer "
+                    "timeout"
+                )
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=min(0.25, remaining))  # returns at once if the JVM exits
+
+    def _answers(self) -> bool:
+        """True when the broker accepts a connection and answers DescribeCluster."""
+        try:
+            with socket.create_connection((HOST, self.port), timeout=1.0):
+                pass
+        except OSError:
+            return False
+        from kafka import KafkaAdminClient
+
+        try:
+            admin = KafkaAdminClient(
+                bootstrap_servers=self.bootstrap_servers,
+                client_id="marshal-devbroker-probe",
+                # A broker opens its client port only once it can serve, so it answers at once;
+                # short timeouts keep a silent listener from delaying the fail-fast checks.
+                request_timeout_ms=2000,
+                bootstrap_timeout_ms=1000,
+            )
+        except Exception as exc:
+            log.debug("broker not ready yet: %s", exc)
+            return False
+        try:
+            cluster = admin.describe_cluster()
+        except Exception as exc:
+            log.debug("broker not ready yet: %s", exc)
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                admin.close()
+        brokers = cluster.get("brokers") if isinstance(cluster, dict) else None
+        controller = cluster.get("controller_id") if isinstance(cluster, dict) else None
+        return bool(brokers) and controller not in (None, -1)
+
+    def _startup_failure(self, returncode: int) -> DevBrokerError:
+        text = self._read_log_tail()
+        self._reap()
+        bind = _BIND_FAILURE_RE.search(text)
+        if bind is not None or "Address already in use" in text:
+            port = int(bind.group(2)) if bind is not None else self.port
+            if port == self.controller_port:
+                return DevBrokerError(
+                    f"controller port {HOST}:{port} (picked automatically) was taken by another "
+                    f"process while the broker started; start it again; broker log: "
+                    f"{self.log_path}"
+                )
+            return DevBrokerError(
+                f"port {HOST}:{port} is already in use (the broker exited at startup); stop "
+                f"whatever listens there (see `ss -ltnp 'sport = :{port}'`) or choose "
+                f"another port; broker log: {self.log_path}"
+            )
+        return DevBrokerError(
+            f"the Kafka broker exited during startup (status {returncode}): "
+            f"{_describe_last_error(text)}; see its log {self.log_path}"
+        )
+
+    def _read_log_tail(self, limit: int = 512 * 1024) -> str:
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                size = handle.tell()
+                handle.seek(max(0, size - limit))
+                return handle.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def _kill(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+
+    def _reap(self) -> None:
+        """Forget the JVM: make sure it is dead and reaped, drop the pid file and atexit hook."""
+        proc = self._proc
+        if proc is not None:
+            if proc.poll() is None:
+                self._kill()
+            self._proc = None
+        with contextlib.suppress(OSError):
+            self._pid_path.unlink()
+        if self._atexit_registered:
+            atexit.unregister(self.stop)
+            self._atexit_registered = False
+
+
+def _describe_last_error(text: str) -> str:
+    """Quote the last ERROR line of a broker log, with the root cause that follows it."""
+    lines = text.splitlines()
+    last_error: int | None = None
+    for index, line in enumerate(lines):
+        match = _LOG_LINE_RE.match(line)
+        if match is not None and match.group("level") in ("ERROR", "FATAL"):
+            last_error = index
+    if last_error is None:
+        tail = [line.strip() for line in lines if line.strip()]
+        return f"last log line: {tail[-1][:_MAX_QUOTE]!r}" if tail else "the log is empty"
+    match = _LOG_LINE_RE.match(lines[last_error])
+    assert match is not None
+    quote = f"last ERROR: {match.group('message').strip()[:_MAX_QUOTE]!r}"
+    cause: str | None = None
+    for line in lines[last_error + 1 :]:
+        if _LOG_LINE_RE.match(line):
+            break
+        stripped = line.strip()
+        if stripped.startswith("Caused by: "):
+            cause = stripped[len("Caused by: ") :]
+        elif cause is None and stripped and not stripped.startswith("at "):
+            cause = stripped
+    if cause:
+        quote += f" (cause: {cause[:_MAX_QUOTE]!r})"
+    return quote

@@ -1,0 +1,143 @@
+"""``marshal dev-broker``: run the development Kafka broker in the foreground.
+
+The first line of standard output is ``bootstrap.servers=127.0.0.1:PORT``, printed once the
+broker answers; progress goes to standard error. SIGINT or SIGTERM stops the broker and the
+command exits 0. ``--resolve-only`` only fetches and caches the broker jars (``bin/setup`` uses
+it) and prints their directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+import click
+
+from marshal_py.devbroker.broker import DevBroker
+from marshal_py.devbroker.jars import resolve_kafka_jars
+from marshal_py.errors import DevBrokerError
+
+log = logging.getLogger(__name__)
+
+PROG = "marshal dev-broker"
+
+
+class _StopRequested(Exception):
+    """Raised by the signal handler when SIGINT/SIGTERM arrives before the broker is ready."""
+
+
+@click.command("dev-broker")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="PLAINTEXT port on 127.0.0.1 (default: a free port).",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, dir_okay=True, path_type=Path),
+    default=None,
+    help="Keep the broker's data here and re-use it next time (default: a temporary "
+    "directory removed on exit).",
+)
+@click.option(
+    "--resolve-only",
+    is_flag=True,
+    default=False,
+    help="Only download and cache the Kafka broker jars, print their directory and exit.",
+)
+def dev_broker(port: int | None, data_dir: Path | None, resolve_only: bool) -> None:
+    """Run a single-node Apache Kafka broker on 127.0.0.1 until SIGINT or SIGTERM.
+
+    Prints bootstrap.servers=127.0.0.1:PORT as the first line of standard output once the
+    broker answers; progress goes to standard error.
+    """
+    try:
+        with _progress_to_stderr():
+            if resolve_only:
+                click.echo(str(resolve_kafka_jars()))
+                return
+            _serve(port, data_dir)
+    except DevBrokerError as exc:
+        click.echo(f"{PROG}: error: {exc}", err=True)
+        click.get_current_context().exit(2)
+
+
+def _serve(port: int | None, data_dir: Path | None) -> None:
+    """Start the broker, announce it, and keep it running until a stop signal."""
+    stop_requested = threading.Event()
+    state = {"starting": True}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop_requested.set()
+        if state["starting"]:
+            raise _StopRequested(signal.Signals(signum).name)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # signal() works only there
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    broker: DevBroker | None = None
+    try:
+        broker = DevBroker(port=port, data_dir=data_dir)
+        try:
+            broker.start()
+        except _StopRequested as stop:
+            log.info("%s received before the broker was ready; stopping", stop)
+            return
+        state["starting"] = False
+        log.info("serving (broker pid %s); stop with Ctrl+C or SIGTERM", broker.pid)
+        click.echo(f"bootstrap.servers={broker.bootstrap_servers}")
+        sys.stdout.flush()
+        while not stop_requested.is_set():
+            if not broker.is_running():
+                raise DevBrokerError(
+                    f"the Kafka broker exited unexpectedly; see its log {broker.log_path}"
+                )
+            stop_requested.wait(1.0)
+        log.info("stop requested; stopping the broker")
+    finally:
+        state["starting"] = False
+        if broker is not None:
+            broker.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+class _StderrHandler(logging.StreamHandler[TextIO]):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+@contextmanager
+def _progress_to_stderr() -> Iterator[None]:
+    """Send this package's INFO messages to standard error while the command runs."""
+    package_logger = logging.getLogger("marshal_py.devbroker")
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
+    saved = (package_logger.level, package_logger.propagate)
+    package_logger.addHandler(handler)
+    package_logger.setLevel(logging.INFO)
+    package_logger.propagate = False  # no duplicates through handlers on the root logger
+    try:
+        yield
+    finally:
+        package_logger.removeHandler(handler)
+        package_logger.setLevel(saved[0])
+        package_logger.propagate = saved[1]
+
+
+if __name__ == "__main__":
+    # Run the command from its importable module so that its logger is not named "__main__".
+    from marshal_py.devbroker.command import dev_broker as _dev_broker
+
+    _dev_broker(prog_name=PROG)
