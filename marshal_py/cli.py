@@ -6,6 +6,7 @@ import json
 import logging
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -17,9 +18,9 @@ import click
 from marshal_py.admin.world_view import STATE_COLUMNS, load_world, state_rows
 from marshal_py.errors import MarshalError
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
+from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up, follow, seek_to_window
 from marshal_py.protocol.codec import DecodeError, decode
-from marshal_py.world.rationalizer import Outcome
+from marshal_py.world.rationalizer import Outcome, Rationalizer, RationalizerConfig
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "MARSHAL_BOOTSTRAP_SERVERS"
@@ -220,11 +221,12 @@ def _tail_line(outcome: Outcome) -> dict[str, object]:
               help="Coordination partition(s) to show (default: all).")
 @click.option("-n", "--lines", type=click.IntRange(min=0), default=50, show_default=True,
               help="How many of the newest records per partition to print first.")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing new records until stopped.")
+@click.option("-f", "--follow", "follow_log", is_flag=True,
+              help="Keep printing new records until stopped.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def tail(bootstrap_servers: str, coordination_topic: str, timeout: float,
          heartbeat_interval: float, replay_window: float, partitions: tuple[int, ...],
-         lines: int, follow: bool, as_json: bool) -> None:
+         lines: int, follow_log: bool, as_json: bool) -> None:
     """Print the decoded coordination log with each record's verdict.
 
     The whole replay window is rationalized so that every verdict (claim_won, not_owner, ...)
@@ -239,14 +241,7 @@ def tail(bootstrap_servers: str, coordination_topic: str, timeout: float,
             click.echo(f"{where:<10} {line['time']}  "
                        f"{line['verdict']:<16} {line['record']}")
 
-    from marshal_py.log.replay import catch_up, seek_to_window
-    from marshal_py.world.rationalizer import Rationalizer, RationalizerConfig
-
-    stopping = {"now": False}
-
-    def stop(signum: int, frame: object) -> None:
-        stopping["now"] = True
-
+    stop = threading.Event()
     with _open_log(bootstrap_servers, coordination_topic, timeout) as log:
         count = log.partition_count()
         chosen = tuple(sorted(set(partitions))) or tuple(range(count))
@@ -268,14 +263,12 @@ def tail(bootstrap_servers: str, coordination_topic: str, timeout: float,
         seek_to_window(log, rationalizer, chosen, int(time.time() * 1000),
                        int(replay_window * 1000))
         catch_up(log, rationalizer, chosen, progress=_Progress(sys.stderr.isatty()))
-        if not follow:
+        if not follow_log:
             return
-        previous = signal.signal(signal.SIGTERM, stop)
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
         try:
-            while not stopping["now"]:
-                starts = {p: rationalizer.next_position(p) for p in chosen}
-                for record in log.fetch(starts, 0.5):
-                    rationalizer.apply(record)
+            for _ in follow(log, rationalizer, chosen, stop):
+                pass
         except KeyboardInterrupt:
             pass
         finally:

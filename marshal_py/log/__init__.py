@@ -8,7 +8,13 @@ from marshal_py.log.kafka import (
     KafkaLogConfig,
 )
 from marshal_py.log.memory import MemoryLog, VirtualClock
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up, replay_start, seek_to_window
+from marshal_py.log.replay import (
+    DEFAULT_REPLAY_WINDOW_MS,
+    catch_up,
+    follow,
+    replay_start,
+    seek_to_window,
+)
 
 __all__ = [
     "DEFAULT_COORDINATION_PARTITIONS",
@@ -20,6 +26,7 @@ __all__ = [
     "MemoryLog",
     "VirtualClock",
     "catch_up",
+    "follow",
     "replay_start",
     "seek_to_window",
 ]

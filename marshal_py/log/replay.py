@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 
 from marshal_py.log.base import CoordinationLog
-from marshal_py.world.rationalizer import Rationalizer
+from marshal_py.world.rationalizer import Rationalizer, Verdict
 
 log = logging.getLogger(__name__)
 
 #: Default replay window: a week, the retention marshal_py gives ``__marshal``. Owners renew
 #: their claims well inside it, so every live claim has a claiming record in the window.
 DEFAULT_REPLAY_WINDOW_MS = 7 * 24 * 3600 * 1000
+_MAX_EMPTY_FETCHES = 5
 
 
 def replay_start(log_: CoordinationLog, partition: int, now_ms: int, window_ms: int) -> int:
@@ -43,8 +45,18 @@ def catch_up(
     pending = {p: s for p, s in starts.items() if s < targets[p]}
     total = sum(targets[p] - s for p, s in pending.items())
     applied = 0
+    empty_fetches = 0
     while pending:
         batch = log_.fetch(pending, fetch_timeout_s)
+        empty_fetches = 0 if batch else empty_fetches + 1
+        if empty_fetches >= _MAX_EMPTY_FETCHES:
+            # Offsets below the end that never arrive (e.g. transaction markers written by a
+            # foreign producer) must not hang a replay.
+            log.warning("no records arrive before the end of %s partitions %s; treating them "
+                        "as caught up", log_.topic, sorted(pending))
+            for p in pending:
+                rationalizer.skip_to(p, targets[p])
+            break
         for record in batch:
             if record.position >= targets[record.partition]:
                 continue
@@ -71,3 +83,26 @@ def seek_to_window(
     """Make a fresh rationalizer start its replay at each partition's :func:`replay_start`."""
     for p in partitions:
         rationalizer.skip_to(p, replay_start(log_, p, now_ms, window_ms))
+
+
+def follow(
+    log_: CoordinationLog,
+    rationalizer: Rationalizer,
+    partitions: Iterable[int],
+    stop: threading.Event,
+    *,
+    fetch_timeout_s: float = 0.5,
+) -> Iterator[int]:
+    """Keep applying new records of ``partitions`` until ``stop`` is set.
+
+    Yields the number of records applied after each fetch (0 when none arrived), so a caller
+    can react to changes of the world between fetches.
+    """
+    chosen = tuple(partitions)
+    while not stop.is_set():
+        starts = {p: rationalizer.next_position(p) for p in chosen}
+        applied = 0
+        for record in log_.fetch(starts, fetch_timeout_s):
+            if rationalizer.apply(record).verdict is not Verdict.DUPLICATE:
+                applied += 1
+        yield applied

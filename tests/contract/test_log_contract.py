@@ -14,6 +14,7 @@ from marshal_py.log import (
     KafkaLogConfig,
     MemoryLog,
     catch_up,
+    follow,
     replay_start,
 )
 from marshal_py.protocol import ClaimingPartition, Heartbeat, coordination_partition, encode
@@ -121,3 +122,20 @@ def test_catch_up_replays_into_the_same_world(log: CoordinationLog) -> None:
     assert claim.committed_offset == 17
     assert r.skipped_count() == 1
     assert catch_up(log, r, range(PARTITIONS)) == 0
+
+
+def test_follow_applies_records_as_they_arrive_until_stopped(log: CoordinationLog) -> None:
+    topic = "events"
+    cp = coordination_partition(topic, PARTITIONS)
+    log.append(cp, encode(ClaimingPartition(0, "i1", "a", "g", topic, 0)))
+    r = Rationalizer(RationalizerConfig(PARTITIONS, 10_000))
+    stop = threading.Event()
+    seen = 0
+    for applied in follow(log, r, [cp], stop, fetch_timeout_s=1.0):
+        seen += applied
+        if seen == 1:
+            log.append(cp, encode(Heartbeat(0, "i1", "a", "g", topic, 0, 5)))
+        if seen == 2:
+            stop.set()
+    assert r.claim("g", topic, 0).committed_offset == 5
+    assert r.next_position(cp) == 2
