@@ -8,6 +8,7 @@ from marshal_py.protocol import (
     ClaimingMessages,
     ClaimingPartition,
     Heartbeat,
+    MemberHeartbeat,
     Message,
     ReleasingPartition,
     coordination_partition,
@@ -65,6 +66,11 @@ class Scenario:
                        partition: int = 0) -> CoordinationRecord:
         return self.write(ClaimingMessages(**self._base(client, instance, group, topic, partition),
                                            proposed_last_offset=last), at)
+
+    def member(self, client: str, at: int, *, active: bool = True, instance: str | None = None,
+               group: str = "g", topic: str = "t") -> CoordinationRecord:
+        return self.write(MemberHeartbeat(0, instance or f"i-{client}", client, group, topic,
+                                          int(active)), at)
 
     def rationalizer(self) -> Rationalizer:
         return Rationalizer(RationalizerConfig(self.partitions, self.heartbeat_interval_ms))

@@ -14,7 +14,9 @@ from marshal_py.protocol.messages import (
     ClaimingMessages,
     ClaimingPartition,
     Heartbeat,
+    MemberHeartbeat,
     Message,
+    PartitionMessage,
     ReleasingPartition,
 )
 from marshal_py.protocol.placement import coordination_partition, key_hash
@@ -25,7 +27,9 @@ __all__ = [
     "DecodeError",
     "DecodeErrorKind",
     "Heartbeat",
+    "MemberHeartbeat",
     "Message",
+    "PartitionMessage",
     "ReleasingPartition",
     "coordination_partition",
     "decode",

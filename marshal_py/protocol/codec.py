@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from marshal_py.protocol.messages import BASE_MESSAGE_TYPES, Message
+from marshal_py.protocol.messages import BASE_MESSAGE_TYPES, EXTENSION_MESSAGE_TYPES, Message
 
 SEPARATOR = "/"
 ESCAPED_VERSION = 2
@@ -66,8 +66,8 @@ def register(message_type: type[Message]) -> type[Message]:
     return message_type
 
 
-for _base in BASE_MESSAGE_TYPES:
-    register(_base)
+for _known in (*BASE_MESSAGE_TYPES, *EXTENSION_MESSAGE_TYPES):
+    register(_known)
 
 
 def escape_field(value: str) -> str:

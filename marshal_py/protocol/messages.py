@@ -26,11 +26,17 @@ class Message:
     client_id: str
     group_id: str
     topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMessage(Message):
+    """A message about one partition of the topic (the four base messages)."""
+
     partition: int
 
 
 @dataclass(frozen=True, slots=True)
-class Heartbeat(Message):
+class Heartbeat(PartitionMessage):
     """The owner of a partition is alive and has committed everything before ``offset``."""
 
     TYPE: ClassVar[str] = "Heartbeat"
@@ -38,14 +44,14 @@ class Heartbeat(Message):
 
 
 @dataclass(frozen=True, slots=True)
-class ClaimingPartition(Message):
+class ClaimingPartition(PartitionMessage):
     """The sender proposes to take ownership of the partition (or renews its own claim)."""
 
     TYPE: ClassVar[str] = "ClaimingPartition"
 
 
 @dataclass(frozen=True, slots=True)
-class ReleasingPartition(Message):
+class ReleasingPartition(PartitionMessage):
     """The owner gives the partition up; ``offset`` is its final committed offset."""
 
     TYPE: ClassVar[str] = "ReleasingPartition"
@@ -53,7 +59,7 @@ class ReleasingPartition(Message):
 
 
 @dataclass(frozen=True, slots=True)
-class ClaimingMessages(Message):
+class ClaimingMessages(PartitionMessage):
     """At-most-once: the owner will process records up to ``proposed_last_offset`` inclusive."""
 
     TYPE: ClassVar[str] = "ClaimingMessages"
@@ -66,3 +72,20 @@ BASE_MESSAGE_TYPES: tuple[type[Message], ...] = (
     ReleasingPartition,
     ClaimingMessages,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class MemberHeartbeat(Message):
+    """Extension (version 2): the sender is a live member of the group consuming ``topic``.
+
+    Members write it once per heartbeat interval per topic, whether or not they hold a
+    partition, so that every member can compute the same fair share. ``active`` is 1 while
+    the member runs and 0 when it leaves (closing), which removes it at once.
+    """
+
+    TYPE: ClassVar[str] = "MemberHeartbeat"
+    VERSIONS: ClassVar[frozenset[int]] = frozenset({2})
+    active: int
+
+
+EXTENSION_MESSAGE_TYPES: tuple[type[Message], ...] = (MemberHeartbeat,)

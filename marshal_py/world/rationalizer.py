@@ -17,7 +17,9 @@ from marshal_py.protocol.messages import (
     ClaimingMessages,
     ClaimingPartition,
     Heartbeat,
+    MemberHeartbeat,
     Message,
+    PartitionMessage,
     ReleasingPartition,
 )
 from marshal_py.protocol.placement import coordination_partition
@@ -37,6 +39,8 @@ class Verdict(enum.Enum):
     HEARTBEAT = "heartbeat"
     RELEASED = "released"
     MESSAGES_CLAIMED = "messages_claimed"
+    MEMBER_HEARTBEAT = "member_heartbeat"
+    MEMBER_LEFT = "member_left"
     # Valid messages the rules ignore.
     CLAIM_LOST = "claim_lost"
     NOT_OWNER = "not_owner"
@@ -67,10 +71,15 @@ _APPLIED = frozenset(
         Verdict.HEARTBEAT,
         Verdict.RELEASED,
         Verdict.MESSAGES_CLAIMED,
+        Verdict.MEMBER_HEARTBEAT,
+        Verdict.MEMBER_LEFT,
     }
 )
 _SKIPPED = frozenset(
     {Verdict.TOMBSTONE, Verdict.MALFORMED, Verdict.UNKNOWN_TYPE, Verdict.UNKNOWN_VERSION}
+)
+_PROOF_OF_LIFE = frozenset(
+    {Verdict.CLAIM_WON, Verdict.CLAIM_RENEWED, Verdict.CLAIM_RECLAIMED, Verdict.HEARTBEAT}
 )
 _DECODE_VERDICTS = {
     DecodeErrorKind.MALFORMED: Verdict.MALFORMED,
@@ -141,6 +150,7 @@ class Rationalizer:
         self.counters: Counter[Verdict] = Counter()
         self._observers: list[Callable[[Outcome], None]] = []
         self._home_partition: dict[str, int] = {}
+        self._members: dict[tuple[str, str], dict[Owner, int]] = {}
 
     def observe(self, observer: Callable[[Outcome], None]) -> None:
         """Call ``observer`` with the outcome of every record applied from now on."""
@@ -186,16 +196,35 @@ class Rationalizer:
                 message,
                 f"topic {message.topic!r} belongs on coordination partition {expected_partition}",
             )
+        sender = Owner(message.instance_id, message.client_id)
+        if isinstance(message, MemberHeartbeat):
+            return Outcome(record, self._membership(message, sender, record.timestamp_ms), message)
+        if not isinstance(message, PartitionMessage):
+            # A registered extension this rationalizer does not interpret (yet).
+            return Outcome(record, Verdict.UNKNOWN_TYPE, message)
         key = PartitionKey(message.group_id, message.topic, message.partition)
         claim = self._claims.get(key)
         if claim is None:
             claim = self._claims[key] = _Claim()
-        sender = Owner(message.instance_id, message.client_id)
         verdict = self._transition(claim, key, sender, message, record.timestamp_ms)
+        if verdict in _PROOF_OF_LIFE:
+            members = self._members.setdefault((key.group, key.topic), {})
+            if verdict is Verdict.CLAIM_RECLAIMED:
+                for other in [m for m in members if m.client_id == sender.client_id]:
+                    del members[other]
+            members[sender] = record.timestamp_ms
         return Outcome(record, verdict, message)
 
+    def _membership(self, message: MemberHeartbeat, sender: Owner, ts: int) -> Verdict:
+        members = self._members.setdefault((message.group_id, message.topic), {})
+        if message.active:
+            members[sender] = ts
+            return Verdict.MEMBER_HEARTBEAT
+        members.pop(sender, None)
+        return Verdict.MEMBER_LEFT
+
     def _transition(
-        self, claim: _Claim, key: PartitionKey, sender: Owner, message: Message, ts: int
+        self, claim: _Claim, key: PartitionKey, sender: Owner, message: PartitionMessage, ts: int
     ) -> Verdict:
         if isinstance(message, ClaimingPartition):
             return self._claim(claim, key, sender, ts)
@@ -282,6 +311,17 @@ class Rationalizer:
             amo_claimed_offset=state.amo_claimed_offset,
             heartbeat_interval_ms=self.config.heartbeat_interval_for(key.group),
         )
+
+    def members(self, group: str, topic: str, now_ms: int) -> list[Owner]:
+        """Live members of ``group`` consuming ``topic`` as of ``now_ms``, sorted.
+
+        A member is live while its last MemberHeartbeat, heartbeat or claim is at most 2 HI
+        old; a MemberHeartbeat with active=0 removes it at once, and a restarted instance of
+        the same client replaces the old one when it reclaims.
+        """
+        hi = self.config.heartbeat_interval_for(group)
+        seen = self._members.get((group, topic), {})
+        return sorted(m for m, ts in seen.items() if now_ms - ts <= 2 * hi)
 
     def ignored_count(self) -> int:
         """Valid messages the rules ignored (lost claims, non-owners, misplaced)."""

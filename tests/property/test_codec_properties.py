@@ -12,6 +12,7 @@ from marshal_py.protocol import (
     ClaimingPartition,
     DecodeError,
     Heartbeat,
+    MemberHeartbeat,
     Message,
     ReleasingPartition,
     decode,
@@ -34,6 +35,8 @@ messages: st.SearchStrategy[Message] = st.one_of(
     st.builds(ClaimingPartition, **_base()),
     st.builds(ReleasingPartition, **_base(), offset=ints64),
     st.builds(ClaimingMessages, **_base(), proposed_last_offset=ints64),
+    st.builds(MemberHeartbeat, sent_at=timestamps, instance_id=ids, client_id=ids, group_id=ids,
+              topic=ids, active=st.integers(0, 1)),
 )
 
 

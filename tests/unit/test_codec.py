@@ -97,11 +97,23 @@ def test_bad_records_raise_a_typed_decode_error(wire: bytes, kind: DecodeErrorKi
 
 
 def test_encode_refuses_unregistered_types() -> None:
-    from marshal_py.protocol.messages import Message
+    from marshal_py.protocol.messages import PartitionMessage
 
-    class Unregistered(Message):
+    class Unregistered(PartitionMessage):
         __slots__ = ()
 
     Unregistered.TYPE = "Unregistered"
     with pytest.raises(ValueError):
         encode(Unregistered(**BASE))
+
+
+def test_member_heartbeat_is_a_version_2_extension() -> None:
+    from marshal_py.protocol import MemberHeartbeat
+
+    message = MemberHeartbeat(1700000000, "ab12cd34", "worker/1", "team.job", "events", 1)
+    wire = encode(message)
+    assert wire == b"MemberHeartbeat/2/1700000000/ab12cd34/worker%2F1/team.job/events/1"
+    assert decode(wire) == message
+    with pytest.raises(DecodeError) as info:
+        decode(b"MemberHeartbeat/1/1700000000/ab12cd34/worker-1/team.job/events/1")
+    assert info.value.kind is DecodeErrorKind.UNKNOWN_VERSION

@@ -295,3 +295,37 @@ def test_observers_see_every_outcome() -> None:
     r.observe(lambda o: seen.append(o.verdict))
     r.apply_all(s.records)
     assert seen == [Verdict.CLAIM_WON, Verdict.CLAIM_LOST]
+
+
+def test_members_are_live_for_2hi_after_any_sign_of_life() -> None:
+    s = Scenario()
+    s.member("a", at=0)
+    s.claim("b", at=1)
+    s.heartbeat("b", at=HI, offset=1)
+    s.member("c", at=2, topic="other")
+    r = s.replay()
+    assert r.members("g", "t", T0 + 2) == [Owner("i-a", "a"), Owner("i-b", "b")]
+    assert r.members("g", "t", T0 + 2 * HI) == [Owner("i-a", "a"), Owner("i-b", "b")]
+    assert r.members("g", "t", T0 + 2 * HI + 1) == [Owner("i-b", "b")]
+    assert r.members("g", "other", T0 + 2) == [Owner("i-c", "c")]
+    assert r.counters[Verdict.MEMBER_HEARTBEAT] == 2
+
+
+def test_a_leaving_member_is_gone_at_once_and_a_restart_replaces_its_old_instance() -> None:
+    s = Scenario()
+    s.member("a", at=0)
+    s.claim("b", at=1, instance="old")
+    s.member("a", at=2, active=False)
+    s.claim("b", at=3, instance="new")
+    r = s.replay()
+    assert r.members("g", "t", T0 + 3) == [Owner("new", "b")]
+    assert r.counters[Verdict.MEMBER_LEFT] == 1
+
+
+def test_lost_claims_and_non_owner_records_are_no_sign_of_life() -> None:
+    s = Scenario()
+    s.claim("a", at=0)
+    s.claim("b", at=1)
+    s.heartbeat("c", at=2, offset=1)
+    r = s.replay()
+    assert r.members("g", "t", T0 + 2) == [Owner("i-a", "a")]
