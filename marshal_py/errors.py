@@ -25,3 +25,11 @@ class CoordinationTopicError(MarshalError):
 
 class DevBrokerError(MarshalError):
     """The development broker could not be set up, started or stopped."""
+
+
+class ClientIdInUseError(MarshalError):
+    """Another live process holds claims under this client id in this group."""
+
+
+class TopicNotFoundError(MarshalError):
+    """A topic to consume does not exist."""

@@ -8,7 +8,8 @@ with a group-less consumer on manually assigned partitions.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,19 @@ class KafkaLogConfig:
             raise ConfigurationError("replication_factor must be >= 1")
         if self.timeout_s <= 0:
             raise ConfigurationError("timeout_s must be > 0")
+
+
+@contextmanager
+def _kafka_errors(config: KafkaLogConfig, action: str) -> Iterator[None]:
+    """Turn kafka-python's errors into one-line marshal_py errors."""
+    try:
+        yield
+    except (KafkaConnectionError, KafkaTimeoutError) as exc:
+        raise _unreachable(config, exc) from exc
+    except KafkaError as exc:
+        raise BrokerUnavailableError(
+            f"{action} on {config.topic} failed: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _unreachable(config: KafkaLogConfig, exc: BaseException) -> BrokerUnavailableError:
@@ -222,29 +236,34 @@ class KafkaLog:
 
     def append(self, partition: int, value: bytes) -> CoordinationRecord:
         tp = self._tp(partition)
-        try:
+        with _kafka_errors(self.config, "writing a coordination record"):
             future = self._get_producer().send(tp.topic, value=value, partition=tp.partition)
             meta = future.get(timeout=self.config.timeout_s)
-        except KafkaTimeoutError as exc:
-            raise _unreachable(self.config, exc) from exc
         return CoordinationRecord(partition, int(meta.offset), int(meta.timestamp), value)
 
     def start_position(self, partition: int) -> int:
         tp = self._tp(partition)
-        return int(self._get_consumer().beginning_offsets([tp])[tp])
+        with _kafka_errors(self.config, "listing offsets"):
+            return int(self._get_consumer().beginning_offsets([tp])[tp])
 
     def end_position(self, partition: int) -> int:
         tp = self._tp(partition)
-        return int(self._get_consumer().end_offsets([tp])[tp])
+        with _kafka_errors(self.config, "listing offsets"):
+            return int(self._get_consumer().end_offsets([tp])[tp])
 
     def position_for_time(self, partition: int, timestamp_ms: int) -> int:
         tp = self._tp(partition)
-        found = self._get_consumer().offsets_for_times({tp: max(0, timestamp_ms)})[tp]
+        with _kafka_errors(self.config, "listing offsets by time"):
+            found = self._get_consumer().offsets_for_times({tp: max(0, timestamp_ms)})[tp]
         if found is None:
             return self.end_position(partition)
         return int(found.offset)
 
     def fetch(self, starts: Mapping[int, int], timeout_s: float) -> list[CoordinationRecord]:
+        with _kafka_errors(self.config, "reading coordination records"):
+            return self._fetch(starts, timeout_s)
+
+    def _fetch(self, starts: Mapping[int, int], timeout_s: float) -> list[CoordinationRecord]:
         consumer = self._get_consumer()
         wanted = {self._tp(p): start for p, start in starts.items()}
         if set(consumer.assignment()) != set(wanted):

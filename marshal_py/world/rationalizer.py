@@ -323,6 +323,10 @@ class Rationalizer:
         seen = self._members.get((group, topic), {})
         return sorted(m for m, ts in seen.items() if now_ms - ts <= 2 * hi)
 
+    def member_last_seen(self, group: str, topic: str) -> dict[Owner, int]:
+        """Broker time of each known member's last sign of life (live or not)."""
+        return dict(self._members.get((group, topic), {}))
+
     def ignored_count(self) -> int:
         """Valid messages the rules ignored (lost claims, non-owners, misplaced)."""
         return sum(n for v, n in self.counters.items() if not v.applied and not v.skipped

@@ -1,0 +1,563 @@
+"""MemberEngine: the coordination logic of one group member, single-threaded and steppable.
+
+The engine claims partitions, heartbeats, renews, balances, confirms at-most-once batches
+and releases, all through a :class:`~marshal_py.log.base.CoordinationLog`. It never starts a
+thread and never reads a clock or a random source of its own: the caller passes a clock and a
+``random.Random``. The threaded :class:`~marshal_py.client.consumer.Consumer` drives it against
+Kafka; the simulation tests drive it against a MemoryLog and a virtual clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from marshal_py.client.offsets import CommitTracker
+from marshal_py.errors import ClientIdInUseError, ConfigurationError, MarshalError
+from marshal_py.log.base import CoordinationLog
+from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up, seek_to_window
+from marshal_py.protocol import (
+    ClaimingMessages,
+    ClaimingPartition,
+    Heartbeat,
+    MemberHeartbeat,
+    Message,
+    ReleasingPartition,
+    coordination_partition,
+    encode,
+)
+from marshal_py.world import Owner, PartitionClaim, Rationalizer
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["alo", "amo"]
+OffsetReset = Literal["latest", "earliest"]
+Balance = Literal["fair", "greedy"]
+TP = tuple[str, int]
+
+
+class PartitionSource(Protocol):
+    """What the engine needs to know about the consumed topics."""
+
+    def partition_count(self, topic: str) -> int | None:
+        """Partitions of ``topic`` now, or None when the topic does not exist."""
+        ...
+
+    def offset_bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """(beginning, end) offsets of a partition."""
+        ...
+
+
+class EngineClock(Protocol):
+    """Milliseconds on (an estimate of) the broker's clock."""
+
+    def now_ms(self) -> int:
+        """The current time."""
+        ...
+
+    def observe(self, broker_ms: int, sent_ms: int, acked_ms: int) -> None:
+        """A record appended between ``sent_ms`` and ``acked_ms`` got ``broker_ms``."""
+        ...
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Settings of one member. Times in milliseconds."""
+
+    group_id: str
+    client_id: str
+    instance_id: str
+    topics: tuple[str, ...]
+    mode: Mode = "alo"
+    heartbeat_interval_ms: int = 10_000
+    offset_reset: OffsetReset = "latest"
+    balance: Balance = "fair"
+    max_claims: int | None = None
+    replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS
+
+    def __post_init__(self) -> None:
+        if not self.group_id:
+            raise ConfigurationError("group_id is empty; name the consumer group")
+        if not self.client_id:
+            raise ConfigurationError("client_id is empty")
+        if not self.topics or any(not t for t in self.topics):
+            raise ConfigurationError("give at least one topic to consume, none empty")
+        if self.mode not in ("alo", "amo"):
+            raise ConfigurationError(f"mode must be 'alo' or 'amo', not {self.mode!r}")
+        if self.offset_reset not in ("latest", "earliest"):
+            raise ConfigurationError(
+                f"offset_reset must be 'latest' or 'earliest', not {self.offset_reset!r}"
+            )
+        if self.balance not in ("fair", "greedy"):
+            raise ConfigurationError(f"balance must be 'fair' or 'greedy', not {self.balance!r}")
+        if self.heartbeat_interval_ms < 10:
+            raise ConfigurationError("heartbeat_interval must be at least 0.01 s")
+        if self.max_claims is not None and self.max_claims < 1:
+            raise ConfigurationError("max_claims must be >= 1 (or None for no limit)")
+
+    @property
+    def renew_interval_ms(self) -> int:
+        """How often an owner re-sends its claim (see PROTOCOL.md, bounded replay)."""
+        if self.replay_window_ms <= 0:
+            return DEFAULT_REPLAY_WINDOW_MS // 4
+        return max(self.heartbeat_interval_ms, self.replay_window_ms // 4)
+
+
+@dataclass
+class Holding:
+    """A partition this member owns."""
+
+    topic: str
+    partition: int
+    epoch: int
+    tracker: CommitTracker
+    #: Broker time of our last heartbeat seen applied in the log, plus one HI. Records are
+    #: delivered only before it: others may take the partition 2 HI after that heartbeat.
+    lease_until_ms: int
+    next_heartbeat_ms: int
+    last_renewal_ms: int
+    heartbeat_failures: int = 0
+
+
+@dataclass
+class EngineStats:
+    """Counters a caller can show or assert on."""
+
+    claims_proposed: int = 0
+    claims_won: int = 0
+    claims_lost: int = 0
+    lost_after_winning: int = 0
+    released: int = 0
+    heartbeats: int = 0
+    heartbeat_failures: int = 0
+    amo_batches_confirmed: int = 0
+    amo_batches_refused: int = 0
+    claim_latencies_ms: list[int] = field(default_factory=list)
+
+
+class MemberEngine:
+    """One member of a group: claims, heartbeats, balances, confirms and releases.
+
+    Call :meth:`start` once, then :meth:`tick` regularly (several times per heartbeat
+    interval), :meth:`accept` for every fetched batch, :meth:`commit` for processed records,
+    and :meth:`close` at the end. Not thread-safe: the caller serializes calls.
+    """
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        log_: CoordinationLog,
+        rationalizer: Rationalizer,
+        source: PartitionSource,
+        clock: EngineClock,
+        rng: random.Random,
+    ) -> None:
+        self.config = config
+        self.log = log_
+        self.rationalizer = rationalizer
+        self.source = source
+        self.clock = clock
+        self.rng = rng
+        self.me = Owner(config.instance_id, config.client_id)
+        self.holdings: dict[TP, Holding] = {}
+        self.stats = EngineStats()
+        self._epoch = 0
+        self._joined_ms: int | None = None
+        self._reclaim_after_ms: int | None = None
+        self._next_member_heartbeat_ms = 0
+        self._last_balance_release_ms: dict[str, int] = {}
+        self._coordination_partitions: dict[str, int] = {}
+        self._closed = False
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    @property
+    def hi(self) -> int:
+        """Heartbeat interval in milliseconds."""
+        return self.config.heartbeat_interval_ms
+
+    def start(self) -> None:
+        """Replay the coordination log, announce this member, and look for a predecessor."""
+        count = self.log.partition_count()
+        self._coordination_partitions = {
+            t: coordination_partition(t, count) for t in self.config.topics
+        }
+        partitions = sorted(set(self._coordination_partitions.values()))
+        if self.rationalizer.next_position(partitions[0]) == 0:
+            seek_to_window(self.log, self.rationalizer, partitions, self.clock.now_ms(),
+                           self.config.replay_window_ms)
+        self._catch_up()
+        joined = [self._append(self._member_heartbeat(t, active=True)) for t in self.config.topics]
+        self._joined_ms = min(joined)
+        self._next_member_heartbeat_ms = self.clock.now_ms() + self._jittered()
+        if self._predecessor_claims():
+            # A previous process of this client may still hold claims. If it is dead, it
+            # writes nothing more; if it is alive, it heartbeats within one interval.
+            self._reclaim_after_ms = self._joined_ms + self.hi + self.hi // 4
+            log.info("%s: waiting one heartbeat interval before reclaiming partitions held "
+                     "under client id %s", self.config.group_id, self.config.client_id)
+        self._catch_up()
+
+    def close(self) -> None:
+        """Release every partition with its committed offset and leave the group."""
+        if self._closed:
+            return
+        self._closed = True
+        for key in list(self.holdings):
+            holding = self.holdings.pop(key)
+            try:
+                self._append(self._release_message(holding))
+                self.stats.released += 1
+            except MarshalError as exc:
+                log.warning("could not release %s/%d: %s", key[0], key[1], exc)
+        for topic in self.config.topics:
+            try:
+                self._append(self._member_heartbeat(topic, active=False))
+            except MarshalError as exc:
+                log.warning("could not announce leaving %s: %s", topic, exc)
+
+    # -- the periodic step -------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Catch up, drop lost claims, heartbeat, renew, balance and claim."""
+        if self._closed:
+            return
+        caught_up = self._refresh()
+        sent = self._send_heartbeats(self.clock.now_ms())
+        if sent and caught_up:
+            caught_up = self._refresh()  # read our heartbeats back: that renews the leases
+        self._expire_leases(self.clock.now_ms())
+        if not caught_up:
+            return
+        now = self.clock.now_ms()
+        if now >= self._next_member_heartbeat_ms:
+            for topic in self.config.topics:
+                self._try_append(self._member_heartbeat(topic, active=True))
+            self._next_member_heartbeat_ms = now + self._jittered()
+        for topic in self.config.topics:
+            self._balance(topic)
+
+    def _jittered(self) -> int:
+        return int(self.hi * self.rng.uniform(0.6, 0.8))
+
+    def _catch_up(self) -> None:
+        catch_up(self.log, self.rationalizer, sorted(set(self._coordination_partitions.values())))
+
+    def _refresh(self) -> bool:
+        """Catch up with the log and update every holding from it; False if the log failed."""
+        try:
+            self._catch_up()
+        except MarshalError as exc:
+            log.warning("cannot read the coordination log: %s", exc)
+            return False
+        for key, holding in list(self.holdings.items()):
+            claim = self._claim(*key)
+            if claim.owner != self.me:
+                del self.holdings[key]
+                self.stats.lost_after_winning += 1
+                log.warning("lost the claim on %s/%d to %s; stopped delivering it",
+                            key[0], key[1], claim.owner)
+            elif claim.last_heartbeat_ms is not None:
+                holding.lease_until_ms = claim.last_heartbeat_ms + self.hi
+        return True
+
+    def _send_heartbeats(self, now: int) -> bool:
+        sent = False
+        for holding in list(self.holdings.values()):
+            renewal_due = now - holding.last_renewal_ms >= self.config.renew_interval_ms
+            if renewal_due and self._try_append(
+                self._partition_message(ClaimingPartition, holding)
+            ):
+                holding.last_renewal_ms = now
+                holding.next_heartbeat_ms = now  # a renewal is always followed by one
+            if now >= holding.next_heartbeat_ms:
+                sent = self._heartbeat(holding) or sent
+        return sent
+
+    def _expire_leases(self, now: int) -> None:
+        for key, holding in list(self.holdings.items()):
+            if now >= holding.lease_until_ms:
+                # No heartbeat of ours confirmed for one HI: others may take the partition
+                # at 2 HI, so we stop now and give it up.
+                del self.holdings[key]
+                log.warning("no heartbeat of %s/%d confirmed for one interval; released it",
+                            key[0], key[1])
+                if self._try_append(self._release_message(holding)):
+                    self.stats.released += 1
+
+    def _heartbeat(self, holding: Holding) -> bool:
+        now = self.clock.now_ms()
+        ok = self._try_append(
+            self._partition_message(Heartbeat, holding, holding.tracker.committed)
+        )
+        if ok:
+            holding.next_heartbeat_ms = now + self._jittered()
+            holding.heartbeat_failures = 0
+            self.stats.heartbeats += 1
+        else:
+            holding.heartbeat_failures += 1
+            self.stats.heartbeat_failures += 1
+            holding.next_heartbeat_ms = now + min(1000, self.hi // 10)
+        return ok
+
+    # -- balancing and claiming ---------------------------------------------------------------
+
+    def _members(self, topic: str, now: int) -> list[Owner]:
+        members = set(self.rationalizer.members(self.config.group_id, topic, now))
+        members.add(self.me)
+        return sorted(members, key=lambda o: (o.client_id, o.instance_id))
+
+    def target(self, topic: str, partitions: int, now: int) -> int:
+        """How many partitions of ``topic`` this member aims to hold."""
+        cap = self.config.max_claims if self.config.max_claims is not None else partitions
+        if self.config.balance == "greedy":
+            return min(cap, partitions)
+        return min(cap, self._fair_targets(topic, partitions, now)[self.me])
+
+    def _fair_targets(self, topic: str, partitions: int, now: int) -> dict[Owner, int]:
+        members = self._members(topic, now)
+        base, extra = divmod(partitions, len(members))
+        return {m: base + (1 if i < extra else 0) for i, m in enumerate(members)}
+
+    def _balance(self, topic: str) -> None:
+        count = self.source.partition_count(topic)
+        if count is None or count == 0:
+            return
+        now = self.clock.now_ms()
+        mine = sorted(p for (t, p) in self.holdings if t == topic)
+        target = self.target(topic, count, now)
+        if len(mine) < target:
+            self._claim_some(topic, count, target - len(mine), now)
+        elif len(mine) > target and self.config.balance == "fair":
+            self._release_for_balance(topic, count, mine, now)
+
+    def _release_for_balance(self, topic: str, count: int, mine: list[int], now: int) -> None:
+        if now - self._last_balance_release_ms.get(topic, -(2**62)) < self.hi:
+            return  # one partition per interval: let the others take it before going on
+        targets = self._fair_targets(topic, count, now)
+        held_by: dict[Owner, int] = {}
+        for claim in self.rationalizer.claims(self.config.group_id, topic):
+            if claim.owner is not None and claim.is_held(now) and claim.key.partition < count:
+                held_by[claim.owner] = held_by.get(claim.owner, 0) + 1
+        if not any(held_by.get(m, 0) < t for m, t in targets.items() if m != self.me):
+            return
+        holding = self.holdings.pop((topic, mine[-1]))
+        self._last_balance_release_ms[topic] = now
+        if self._try_append(self._release_message(holding)):
+            self.stats.released += 1
+            log.info("released %s/%d so that another member can take its share",
+                     topic, holding.partition)
+
+    def _claimable(self, claim: PartitionClaim, now: int) -> bool:
+        owner = claim.owner
+        if owner is None:
+            released_by_me = (
+                claim.released_by is not None
+                and claim.released_by.client_id == self.me.client_id
+                and claim.last_release_ms is not None
+                and now - claim.last_release_ms < self.hi
+            )
+            return not released_by_me
+        if owner.client_id == self.me.client_id and owner != self.me:
+            return self._may_reclaim(owner, now)
+        return not claim.is_held(now)
+
+    def _predecessor_claims(self) -> list[PartitionClaim]:
+        now = self.clock.now_ms()
+        found = []
+        for topic in self.config.topics:
+            for claim in self.rationalizer.claims(self.config.group_id, topic):
+                owner = claim.owner
+                if (owner is not None and owner.client_id == self.me.client_id
+                        and owner != self.me and claim.is_held(now)):
+                    found.append(claim)
+        return found
+
+    def _may_reclaim(self, owner: Owner, now: int) -> bool:
+        """May this process take over claims of another instance of the same client?"""
+        assert self._joined_ms is not None
+        for topic in self.config.topics:
+            seen = self.rationalizer.member_last_seen(self.config.group_id, topic).get(owner)
+            if seen is not None and seen > self._joined_ms:
+                raise ClientIdInUseError(
+                    f"client id {self.me.client_id!r} of group {self.config.group_id!r} is in "
+                    f"use by a live process (instance {owner.instance_id}); give every "
+                    "process its own client id"
+                )
+        return self._reclaim_after_ms is None or now >= self._reclaim_after_ms
+
+    def _claim_some(self, topic: str, count: int, wanted: int, now: int) -> None:
+        start = self.rng.randrange(count)
+        candidates = []
+        for i in range(count):
+            partition = (start + i) % count
+            if (topic, partition) in self.holdings:
+                continue
+            if self._claimable(self._claim(topic, partition), now):
+                candidates.append(partition)
+                if len(candidates) == wanted:
+                    break
+        if not candidates:
+            return
+        proposed_at = self.clock.now_ms()
+        proposals = []
+        for partition in candidates:
+            message = ClaimingPartition(proposed_at // 1000, self.me.instance_id,
+                                        self.me.client_id, self.config.group_id, topic, partition)
+            proposals.append((partition, self._append(message)))
+            self.stats.claims_proposed += 1
+        self._catch_up()  # read back: the log decided
+        for partition, _ in proposals:
+            claim = self._claim(topic, partition)
+            if claim.owner == self.me:
+                self._won(topic, partition, claim)
+                self.stats.claim_latencies_ms.append(self.clock.now_ms() - proposed_at)
+            else:
+                self.stats.claims_lost += 1
+
+    def _won(self, topic: str, partition: int, claim: PartitionClaim) -> None:
+        start = self._start_offset(topic, partition, claim)
+        now = self.clock.now_ms()
+        self._epoch += 1
+        assert claim.last_heartbeat_ms is not None
+        holding = Holding(topic, partition, self._epoch, CommitTracker(start),
+                          lease_until_ms=claim.last_heartbeat_ms + self.hi,
+                          next_heartbeat_ms=now, last_renewal_ms=now)
+        self.holdings[(topic, partition)] = holding
+        self.stats.claims_won += 1
+        self._heartbeat(holding)  # commits the starting offset at once
+        log.info("claimed %s/%d, starting at offset %d", topic, partition, start)
+
+    def _start_offset(self, topic: str, partition: int, claim: PartitionClaim) -> int:
+        beginning, end = self.source.offset_bounds(topic, partition)
+        candidates = []
+        if claim.committed_offset is not None:
+            candidates.append(claim.committed_offset)
+        if self.config.mode == "amo" and claim.amo_claimed_offset is not None:
+            candidates.append(claim.amo_claimed_offset + 1)
+        if not candidates:
+            return end if self.config.offset_reset == "latest" else beginning
+        start = max(candidates)
+        if start < beginning:
+            log.warning("%s/%d: committed offset %d was deleted by retention; starting at %d",
+                        topic, partition, start, beginning)
+            return beginning
+        if start > end:
+            log.warning("%s/%d: committed offset %d is past the end %d; resetting to %s",
+                        topic, partition, start, end, self.config.offset_reset)
+            return end if self.config.offset_reset == "latest" else beginning
+        return start
+
+    # -- consumption --------------------------------------------------------------------------
+
+    def assignments(self) -> dict[TP, tuple[int, int]]:
+        """Held partitions with (epoch, next offset to fetch)."""
+        return {k: (h.epoch, h.tracker.position) for k, h in self.holdings.items()}
+
+    def holds(self, topic: str, partition: int, epoch: int) -> bool:
+        """May a record of this partition, fetched under claim ``epoch``, be delivered now?
+
+        Only while the claim is ours in the log and our last confirmed heartbeat is less
+        than one HI old (so a process resumed after a long pause delivers nothing until it
+        has caught up and heartbeated again).
+        """
+        holding = self.holdings.get((topic, partition))
+        return (holding is not None and holding.epoch == epoch
+                and self.clock.now_ms() < holding.lease_until_ms)
+
+    def accept(self, topic: str, partition: int, epoch: int, offsets: list[int],
+               next_position: int) -> bool:
+        """Decide whether a fetched batch may be delivered.
+
+        At-least-once: yes while the claim is held. At-most-once: only once a
+        ClaimingMessages for the batch's last offset is confirmed in the log and heartbeated;
+        a refused batch is never delivered (it may be lost, never duplicated).
+        """
+        holding = self.holdings.get((topic, partition))
+        if holding is None or not self.holds(topic, partition, epoch) or not offsets:
+            return False
+        if self.config.mode == "alo":
+            holding.tracker.delivered(offsets, next_position)
+            return True
+        last = max(offsets)
+        message = self._partition_message(ClaimingMessages, holding, last)
+        if not self._try_append(message):
+            self.stats.amo_batches_refused += 1
+            return False
+        self._catch_up()
+        claim = self._claim(topic, partition)
+        if claim.owner != self.me or (claim.amo_claimed_offset or -1) < last:
+            self.stats.amo_batches_refused += 1
+            self._refresh()
+            return False
+        holding.tracker.delivered(offsets, next_position)
+        holding.tracker.mark_all()
+        self.stats.amo_batches_confirmed += 1
+        self._heartbeat(holding)
+        return True
+
+    def commit(self, topic: str, partition: int, offset: int, epoch: int | None = None) -> bool:
+        """Mark a delivered record processed (at-least-once). False if the claim is gone."""
+        holding = self.holdings.get((topic, partition))
+        if holding is None or (epoch is not None and holding.epoch != epoch):
+            return False
+        holding.tracker.mark(offset)
+        return True
+
+    def committed(self, topic: str, partition: int) -> int | None:
+        """The committed offset of a held partition."""
+        holding = self.holdings.get((topic, partition))
+        return holding.tracker.committed if holding else None
+
+    def flush_commits(self) -> None:
+        """Heartbeat every held partition now (e.g. before a planned pause)."""
+        for holding in list(self.holdings.values()):
+            self._heartbeat(holding)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _claim(self, topic: str, partition: int) -> PartitionClaim:
+        return self.rationalizer.claim(self.config.group_id, topic, partition)
+
+    def _partition_message(self, kind: type[Heartbeat] | type[ClaimingPartition]
+                           | type[ReleasingPartition] | type[ClaimingMessages],
+                           holding: Holding, *extra: int) -> Message:
+        base = (self.clock.now_ms() // 1000, self.me.instance_id, self.me.client_id,
+                self.config.group_id, holding.topic, holding.partition)
+        return kind(*base, *extra)
+
+    def _release_message(self, holding: Holding) -> Message:
+        return self._partition_message(ReleasingPartition, holding, holding.tracker.committed)
+
+    def _member_heartbeat(self, topic: str, *, active: bool) -> Message:
+        return MemberHeartbeat(self.clock.now_ms() // 1000, self.me.instance_id,
+                               self.me.client_id, self.config.group_id, topic, int(active))
+
+    def _append(self, message: Message) -> int:
+        """Write a message to its topic's coordination partition; return its broker time."""
+        partition = self._coordination_partitions[message.topic]
+        sent = self.clock.now_ms()
+        record = self.log.append(partition, encode(message))
+        self.clock.observe(record.timestamp_ms, sent, self.clock.now_ms())
+        return record.timestamp_ms
+
+    def _try_append(self, message: Message) -> bool:
+        try:
+            self._append(message)
+        except MarshalError as exc:
+            log.warning("could not write %s for %s: %s", type(message).__name__,
+                        message.topic, exc)
+            return False
+        return True
+
+
+def held_partitions(engines: Iterable[MemberEngine]) -> dict[TP, list[Owner]]:
+    """Which engines believe they hold each partition (for invariant checks)."""
+    found: dict[TP, list[Owner]] = {}
+    for engine in engines:
+        for key in engine.holdings:
+            found.setdefault(key, []).append(engine.me)
+    return found

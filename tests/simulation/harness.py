@@ -1,0 +1,158 @@
+"""A deterministic simulation of consumer processes on MemoryLog with a virtual clock."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from marshal_py.client.engine import EngineConfig, MemberEngine, Mode
+from marshal_py.log import MemoryLog, VirtualClock
+from marshal_py.world import Owner, Rationalizer, RationalizerConfig
+
+TP = tuple[str, int]
+
+
+class SimClock:
+    """The engine's clock on a virtual clock (broker time and local time are the same)."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+
+    def now_ms(self) -> int:
+        return self.clock()
+
+    def observe(self, broker_ms: int, sent_ms: int, acked_ms: int) -> None:
+        pass
+
+
+class MemoryTopic:
+    """A data topic in memory; also the engine's PartitionSource."""
+
+    def __init__(self, name: str, partitions: int) -> None:
+        self.name = name
+        self.records: list[list[bytes]] = [[] for _ in range(partitions)]
+
+    def produce(self, partition: int, value: bytes) -> int:
+        self.records[partition].append(value)
+        return len(self.records[partition]) - 1
+
+    def add_partitions(self, count: int) -> None:
+        self.records.extend([] for _ in range(count))
+
+    def partition_count(self, topic: str) -> int | None:
+        return len(self.records) if topic == self.name else None
+
+    def offset_bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        return 0, len(self.records[partition])
+
+    def fetch(self, partition: int, position: int, limit: int) -> list[int]:
+        return list(range(position, min(position + limit, len(self.records[partition]))))
+
+
+@dataclass
+class SimConsumer:
+    client_id: str
+    engine: MemberEngine | None = None
+    paused_until: int = 0
+    uncommitted: list[tuple[TP, int, int]] = field(default_factory=list)
+
+
+@dataclass
+class Delivery:
+    consumer: str
+    instance: str
+    tp: TP
+    offset: int
+    at_ms: int
+
+
+class Simulation:
+    """N consumers of one topic with crashes, pauses, restarts and graceful closes."""
+
+    def __init__(self, seed: int, mode: Mode, consumers: int = 3, partitions: int = 6,
+                 hi_ms: int = 1_000, coordination_partitions: int = 2) -> None:
+        self.rng = random.Random(seed)
+        self.mode = mode
+        self.hi = hi_ms
+        self.clock = VirtualClock()
+        self.log = MemoryLog(partitions=coordination_partitions, clock=self.clock)
+        self.topic = MemoryTopic("orders", partitions)
+        self.consumers = [SimConsumer(f"worker-{i}") for i in range(consumers)]
+        self.deliveries: list[Delivery] = []
+        self.produced = 0
+        self.auditor = Rationalizer(RationalizerConfig(coordination_partitions, hi_ms))
+        self.faults = {"crash": 0, "pause": 0, "close": 0, "restart": 0}
+
+    def new_engine(self, consumer: SimConsumer) -> MemberEngine:
+        config = EngineConfig(group_id="sim", client_id=consumer.client_id,
+                              instance_id=f"{self.rng.getrandbits(32):08x}", topics=("orders",),
+                              mode=self.mode, heartbeat_interval_ms=self.hi,
+                              offset_reset="earliest")
+        engine = MemberEngine(config, self.log, Rationalizer(RationalizerConfig(
+            self.log.partition_count(), self.hi)), self.topic, SimClock(self.clock),
+            random.Random(self.rng.getrandbits(32)))
+        engine.start()
+        return engine
+
+    def step(self, *, faults: bool, produce: bool) -> None:
+        self.clock.advance(self.rng.randint(50, 250))
+        if produce:
+            for _ in range(self.rng.randint(0, 3)):
+                self.topic.produce(self.rng.randrange(len(self.topic.records)), b"x")
+                self.produced += 1
+        for consumer in self.rng.sample(self.consumers, len(self.consumers)):
+            self.step_consumer(consumer, faults)
+
+    def step_consumer(self, consumer: SimConsumer, faults: bool) -> None:
+        now = self.clock()
+        if consumer.engine is None:
+            if not faults or self.rng.random() < 0.05:
+                consumer.engine = self.new_engine(consumer)
+                self.faults["restart"] += 1
+            return
+        if now < consumer.paused_until:
+            return
+        if faults:
+            roll = self.rng.random()
+            if roll < 0.004:
+                consumer.engine = None  # kill -9: nothing more is written
+                consumer.uncommitted.clear()
+                self.faults["crash"] += 1
+                return
+            if roll < 0.008:
+                consumer.paused_until = now + self.rng.randint(self.hi // 2, 4 * self.hi)
+                self.faults["pause"] += 1
+                return
+            if roll < 0.010:
+                consumer.engine.close()
+                consumer.engine = None
+                self.faults["close"] += 1
+                return
+        engine = consumer.engine
+        engine.tick()
+        # Process what was delivered last step (commit after "work").
+        for tp, epoch, offset in consumer.uncommitted:
+            engine.commit(tp[0], tp[1], offset, epoch)
+        consumer.uncommitted.clear()
+        for (topic, partition), (epoch, position) in engine.assignments().items():
+            offsets = self.topic.fetch(partition, position, self.rng.randint(1, 5))
+            if not offsets or not engine.accept(topic, partition, epoch, offsets, offsets[-1] + 1):
+                continue
+            for offset in offsets:
+                if not engine.holds(topic, partition, epoch):
+                    break
+                self.deliveries.append(Delivery(consumer.client_id, engine.me.instance_id,
+                                                (topic, partition), offset, now))
+                consumer.uncommitted.append(((topic, partition), epoch, offset))
+
+    def delivering(self) -> dict[TP, list[Owner]]:
+        """Who may deliver each partition right now (a valid lease)."""
+        found: dict[TP, list[Owner]] = {}
+        for consumer in self.consumers:
+            engine = consumer.engine
+            if engine is None or self.clock() < consumer.paused_until:
+                continue
+            for (topic, partition), (epoch, _) in engine.assignments().items():
+                if engine.holds(topic, partition, epoch):
+                    found.setdefault((topic, partition), []).append(engine.me)
+        return found
