@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass, field
 
 from marshal_py.client.engine import EngineConfig, MemberEngine, Mode
-from marshal_py.log import MemoryLog, VirtualClock
+from marshal_py.log import MemoryLog, VirtualClock, catch_up
 from marshal_py.world import Owner, Rationalizer, RationalizerConfig
 
 TP = tuple[str, int]
@@ -55,6 +55,9 @@ class SimConsumer:
     engine: MemberEngine | None = None
     paused_until: int = 0
     uncommitted: list[tuple[TP, int, int]] = field(default_factory=list)
+    #: Fetched and accepted batches not yet handed to the application: (tp, epoch, offsets).
+    buffer: list[tuple[TP, int, list[int]]] = field(default_factory=list)
+    was_paused: bool = False
 
 
 @dataclass
@@ -111,12 +114,19 @@ class Simulation:
                 self.faults["restart"] += 1
             return
         if now < consumer.paused_until:
+            consumer.was_paused = True
             return
+        if consumer.was_paused:
+            # Resumed (SIGCONT): the application thread may run before the coordination
+            # thread notices anything, and hands out what it had buffered.
+            consumer.was_paused = False
+            self.deliver(consumer, self.rng.randint(1, 10))
         if faults:
             roll = self.rng.random()
             if roll < 0.004:
                 consumer.engine = None  # kill -9: nothing more is written
                 consumer.uncommitted.clear()
+                consumer.buffer.clear()
                 self.faults["crash"] += 1
                 return
             if roll < 0.008:
@@ -126,6 +136,8 @@ class Simulation:
             if roll < 0.010:
                 consumer.engine.close()
                 consumer.engine = None
+                consumer.buffer.clear()
+                consumer.uncommitted.clear()
                 self.faults["close"] += 1
                 return
         engine = consumer.engine
@@ -134,16 +146,38 @@ class Simulation:
         for tp, epoch, offset in consumer.uncommitted:
             engine.commit(tp[0], tp[1], offset, epoch)
         consumer.uncommitted.clear()
+        buffered = {tp for tp, _, _ in consumer.buffer}
         for (topic, partition), (epoch, position) in engine.assignments().items():
-            offsets = self.topic.fetch(partition, position, self.rng.randint(1, 5))
-            if not offsets or not engine.accept(topic, partition, epoch, offsets, offsets[-1] + 1):
+            if (topic, partition) in buffered:
                 continue
-            for offset in offsets:
-                if not engine.holds(topic, partition, epoch):
-                    break
-                self.deliveries.append(Delivery(consumer.client_id, engine.me.instance_id,
-                                                (topic, partition), offset, now))
-                consumer.uncommitted.append(((topic, partition), epoch, offset))
+            offsets = self.topic.fetch(partition, position, self.rng.randint(1, 5))
+            if offsets and engine.accept(topic, partition, epoch, offsets, offsets[-1] + 1):
+                consumer.buffer.append(((topic, partition), epoch, offsets))
+        self.deliver(consumer, self.rng.randint(0, 12))
+
+    def deliver(self, consumer: SimConsumer, count: int) -> None:
+        """Hand up to ``count`` buffered records to the application, as the Consumer does."""
+        engine = consumer.engine
+        assert engine is not None
+        while count > 0 and consumer.buffer:
+            (topic, partition), epoch, offsets = consumer.buffer[0]
+            if not engine.holds(topic, partition, epoch):
+                consumer.buffer.pop(0)  # lost or lease lapsed: never delivered
+                continue
+            offset = offsets.pop(0)
+            if not offsets:
+                consumer.buffer.pop(0)
+            self.on_delivery(engine.me, (topic, partition))
+            self.deliveries.append(Delivery(consumer.client_id, engine.me.instance_id,
+                                            (topic, partition), offset, self.clock()))
+            consumer.uncommitted.append(((topic, partition), epoch, offset))
+            count -= 1
+
+    def on_delivery(self, member: Owner, tp: TP) -> None:
+        """Checked at every delivery: the deliverer owns the partition in the caught-up log."""
+        catch_up(self.log, self.auditor, range(self.log.partition_count()))
+        owner = self.auditor.claim("sim", tp[0], tp[1]).owner
+        assert owner == member, f"{member} delivered {tp} owned by {owner}"
 
     def delivering(self) -> dict[TP, list[Owner]]:
         """Who may deliver each partition right now (a valid lease)."""
