@@ -4,12 +4,15 @@ Consumers write small records to a coordination topic (``__marshal``); every cli
 that log with the same deterministic rationalizer and so reaches the same world state.
 """
 
+from marshal_py.client import Consumer, Marshaler
 from marshal_py.errors import (
     BrokerUnavailableError,
+    ClientIdInUseError,
     ConfigurationError,
     CoordinationTopicError,
     DevBrokerError,
     MarshalError,
+    TopicNotFoundError,
 )
 from marshal_py.world import (
     ClaimStatus,
@@ -27,16 +30,20 @@ __version__ = "0.1.0"
 __all__ = [
     "BrokerUnavailableError",
     "ClaimStatus",
+    "ClientIdInUseError",
     "ConfigurationError",
+    "Consumer",
     "CoordinationRecord",
     "CoordinationTopicError",
     "DevBrokerError",
     "MarshalError",
+    "Marshaler",
     "Owner",
     "PartitionClaim",
     "PartitionKey",
     "Rationalizer",
     "RationalizerConfig",
+    "TopicNotFoundError",
     "Verdict",
     "__version__",
 ]

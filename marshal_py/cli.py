@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import signal
@@ -302,6 +303,88 @@ def init(bootstrap_servers: str, coordination_topic: str, timeout: float, partit
                    "message.timestamp.type=LogAppendTime (never change its partition count)")
     finally:
         log.close()
+
+
+def _record_json(record: Any) -> dict[str, object]:
+    out: dict[str, object] = {
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+    }
+    for name, raw in (("key", record.key), ("value", record.value)):
+        if raw is None:
+            out[name] = None
+            continue
+        try:
+            out[name] = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            out[f"{name}_b64"] = base64.b64encode(raw).decode("ascii")
+    out["delivery_count"] = 1
+    return out
+
+
+@main.command()
+@kafka_options
+@click.option("--group", required=True, help="Consumer group id.")
+@click.option("--topic", "topics", required=True, multiple=True, help="Topic(s) to consume.")
+@click.option("--mode", type=click.Choice(["alo", "amo"]), default="alo", show_default=True,
+              help="at-least-once or at-most-once.")
+@click.option("--client-id", help="Stable name of this consumer (default: HOST-PID).")
+@click.option("--heartbeat-interval", type=click.FloatRange(min=0.01), default=10.0,
+              show_default=True, help="Seconds; the same for every member of the group.")
+@click.option("--offset-reset", type=click.Choice(["latest", "earliest"]), default="latest",
+              show_default=True, help="Where a partition with no committed offset starts.")
+@click.option("--balance", type=click.Choice(["fair", "greedy"]), default="fair",
+              show_default=True, help="Hold a fair share, or every free partition.")
+@click.option("--max-claims", type=click.IntRange(min=1), help="Hold at most N partitions.")
+@click.option("--max-records", type=click.IntRange(min=1),
+              help="Stop (commit and release) after N records.")
+@click.option("--print", "print_records", is_flag=True,
+              help="Write each record as one JSON line on stdout.")
+def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, group: str,
+            topics: tuple[str, ...], mode: str, client_id: str | None,
+            heartbeat_interval: float, offset_reset: str, balance: str,
+            max_claims: int | None, max_records: int | None, print_records: bool) -> None:
+    """Consume topics as a member of GROUP until SIGTERM / Ctrl-C, then commit and release."""
+    from marshal_py.client.marshaler import Marshaler
+
+    marshaler = Marshaler(bootstrap_servers, group, client_id, heartbeat_interval,
+                          coordination_topic=coordination_topic, timeout=timeout)
+    try:
+        consumer = marshaler.consumer(list(topics), mode=mode,  # type: ignore[arg-type]
+                                      offset_reset=offset_reset,  # type: ignore[arg-type]
+                                      balance=balance,  # type: ignore[arg-type]
+                                      max_claims=max_claims)
+        click.echo(f"marshal consume: member {marshaler.client_id} "
+                   f"(instance {marshaler.instance_id}) of {group} on {', '.join(topics)}",
+                   err=True)
+        previous = {sig: signal.signal(sig, lambda signum, frame: consumer.stop())
+                    for sig in (signal.SIGTERM, signal.SIGINT)}
+        count = 0
+        last_report = time.monotonic()
+        try:
+            for record in consumer:
+                if print_records:
+                    sys.stdout.write(json.dumps(_record_json(record)) + "\n")
+                    sys.stdout.flush()
+                consumer.commit(record)
+                count += 1
+                now = time.monotonic()
+                if not print_records and now - last_report >= 5:
+                    last_report = now
+                    held = sorted(f"{tp.topic}/{tp.partition}" for tp in consumer.assignment())
+                    click.echo(f"consumed {count:,} records; holding {', '.join(held)}",
+                               err=True)
+                if max_records is not None and count >= max_records:
+                    break
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            consumer.close()
+        click.echo(f"marshal consume: consumed {count:,} records; committed and released",
+                   err=True)
+    finally:
+        marshaler.close()
 
 
 def _register_dev_broker() -> None:

@@ -88,6 +88,8 @@ def load_world(
         rationalizer.observe(on_outcome)
     seek_to_window(log, rationalizer, partitions, now, window_ms)
     applied = catch_up(log, rationalizer, partitions, progress=progress)
+    if now_ms is None:  # judge freshness as of the end of the replay, not its start
+        now = int(time.time() * 1000)
     return WorldView(rationalizer, now, partitions, applied)
 
 

@@ -65,6 +65,15 @@ class KafkaLogConfig:
         if self.timeout_s <= 0:
             raise ConfigurationError("timeout_s must be > 0")
 
+    def client_config(self) -> dict[str, Any]:
+        """Settings for any kafka-python client talking to this cluster."""
+        return {
+            "bootstrap_servers": self.bootstrap_servers,
+            "bootstrap_timeout_ms": int(self.timeout_s * 1000),
+            "request_timeout_ms": int(self.timeout_s * 1000) + 5000,
+            **self.kafka_config,
+        }
+
 
 @contextmanager
 def _kafka_errors(config: KafkaLogConfig, action: str) -> Iterator[None]:
@@ -91,12 +100,7 @@ class KafkaLog:
 
     def __init__(self, config: KafkaLogConfig) -> None:
         self.config = config
-        common: dict[str, Any] = {
-            "bootstrap_servers": config.bootstrap_servers,
-            "bootstrap_timeout_ms": int(config.timeout_s * 1000),
-            "request_timeout_ms": int(config.timeout_s * 1000) + 5000,
-            **config.kafka_config,
-        }
+        common = config.client_config()
         self._common = common
         self._admin: KafkaAdminClient | None = None
         self._producer: KafkaProducer | None = None

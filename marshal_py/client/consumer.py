@@ -1,0 +1,218 @@
+"""Consumer: delivers the records of the partitions this member holds.
+
+A background thread drives the :class:`~marshal_py.client.engine.MemberEngine` (claims,
+heartbeats, balance); the thread that iterates fetches with a kafka-python consumer on
+manually assigned partitions (no Kafka consumer group) and asks the engine before handing
+out each record.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
+from kafka.errors import KafkaError
+
+from marshal_py.client.engine import MemberEngine
+from marshal_py.errors import BrokerUnavailableError, ClientIdInUseError, MarshalError
+
+if TYPE_CHECKING:
+    from marshal_py.client.marshaler import Marshaler
+
+log = logging.getLogger(__name__)
+
+
+class Consumer:
+    """Iterate to receive records; ``commit(record)`` when done with one (at-least-once).
+
+    Create it with :meth:`Marshaler.consumer`. At-least-once (``mode="alo"``): a record is
+    committed when you call :meth:`commit` (out-of-order commits advance the committed offset
+    over the contiguous run); after a crash, at most about one heartbeat interval of records
+    is delivered again. At-most-once (``mode="amo"``): every batch is confirmed in the
+    coordination log before its first record is handed out, and never handed out twice,
+    whatever crashes; :meth:`commit` is accepted and does nothing.
+
+    Iteration blocks until a record arrives; :meth:`stop` (from any thread or a signal
+    handler) ends it. :meth:`close` (or leaving the ``with`` block) commits, releases every
+    partition with its offset so others take over at once, and leaves the group.
+    """
+
+    def __init__(self, marshaler: Marshaler, engine: MemberEngine, topics: tuple[str, ...],
+                 client_config: dict[str, Any], tick_interval_s: float) -> None:
+        self._marshaler = marshaler
+        self._engine = engine
+        self._lock = marshaler._lock
+        self.topics = topics
+        self.mode = engine.config.mode
+        self._tick_interval_s = tick_interval_s
+        self._data = KafkaConsumer(
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=200,
+            **client_config,
+        )
+        self._epochs: dict[tuple[str, int], int] = {}
+        self._buffer: deque[tuple[ConsumerRecord, int]] = deque()
+        self._stop = threading.Event()
+        self._closed = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="marshal-coordinator",
+                                        daemon=True)
+        self._thread.start()
+
+    # -- background coordination --------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self._lock:
+                    if self._closed:
+                        return
+                    self._engine.tick()
+            except ClientIdInUseError as exc:
+                self._error = exc
+                self._stop.set()
+                return
+            except MarshalError as exc:
+                log.warning("coordination step failed (will retry): %s", exc)
+            except Exception as exc:  # keep the member alive; report it to the iterator
+                log.exception("coordination thread failed")
+                self._error = exc
+                self._stop.set()
+                return
+            self._stop.wait(self._tick_interval_s)
+
+    # -- fetching -------------------------------------------------------------------------------
+
+    def _reconcile(self) -> None:
+        with self._lock:
+            wanted = self._engine.assignments()
+        current = {(tp.topic, tp.partition) for tp in self._data.assignment()}
+        if set(wanted) != current:
+            self._data.assign([TopicPartition(t, p) for t, p in wanted])
+            self._buffer = deque(
+                (r, e) for r, e in self._buffer if (r.topic, r.partition) in wanted
+            )
+        for key, (epoch, position) in wanted.items():
+            if self._epochs.get(key) != epoch:
+                self._epochs[key] = epoch
+                self._data.seek(TopicPartition(*key), position)
+        for key in list(self._epochs):
+            if key not in wanted:
+                del self._epochs[key]
+
+    def _fetch(self, timeout_s: float) -> None:
+        self._reconcile()
+        if not self._epochs:
+            self._stop.wait(min(timeout_s, 0.2))
+            return
+        try:
+            polled = self._data.poll(timeout_ms=int(timeout_s * 1000), max_records=500)
+        except KafkaError as exc:
+            raise BrokerUnavailableError(f"fetching records failed: {exc}") from exc
+        for tp, records in polled.items():
+            key = (tp.topic, tp.partition)
+            epoch = self._epochs.get(key)
+            if epoch is None or not records:
+                continue
+            offsets = [r.offset for r in records]
+            with self._lock:
+                accepted = self._engine.accept(tp.topic, tp.partition, epoch, offsets,
+                                               offsets[-1] + 1)
+                still = self._engine.assignments().get(key)
+            if accepted:
+                self._buffer.extend((r, epoch) for r in records)
+            elif still is not None and still[0] == epoch:
+                # Not confirmed (at-most-once could not write its claim): fetch them again.
+                self._data.seek(tp, still[1])
+
+    def _raise_background_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    # -- the public surface ---------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        while True:
+            record = self._next_buffered()
+            if record is not None:
+                return record
+            self._raise_background_error()
+            if self._stop.is_set() or self._closed:
+                raise StopIteration
+            self._fetch(timeout_s=0.5)
+
+    def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[ConsumerRecord]:
+        """Up to ``max_records`` records, waiting at most about ``timeout_s`` for the first."""
+        self._raise_background_error()
+        if not self._buffer and not self._closed:
+            self._fetch(timeout_s)
+        out: list[ConsumerRecord] = []
+        while len(out) < max_records:
+            record = self._next_buffered()
+            if record is None:
+                break
+            out.append(record)
+        return out
+
+    def _next_buffered(self) -> ConsumerRecord | None:
+        while self._buffer:
+            record, epoch = self._buffer.popleft()
+            with self._lock:
+                deliverable = self._engine.holds(record.topic, record.partition, epoch)
+            if deliverable:
+                return record
+            # Lost, released or lease lapsed: drop everything buffered for that partition.
+            key = (record.topic, record.partition)
+            self._buffer = deque(
+                (r, e) for r, e in self._buffer if (r.topic, r.partition) != key
+            )
+        return None
+
+    def commit(self, record: ConsumerRecord) -> bool:
+        """Mark ``record`` processed. False if its partition is no longer held."""
+        epoch = self._epochs.get((record.topic, record.partition))
+        with self._lock:
+            return self._engine.commit(record.topic, record.partition, record.offset, epoch)
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions this member holds now."""
+        with self._lock:
+            return {TopicPartition(t, p) for t, p in self._engine.assignments()}
+
+    def stop(self) -> None:
+        """End iteration soon; safe from any thread and from signal handlers."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Commit, release every partition with its offset, leave the group. Idempotent."""
+        if self._closed:
+            return
+        self._stop.set()
+        self._thread.join(timeout=30)
+        with self._lock:
+            self._closed = True
+            try:
+                self._engine.close()
+            finally:
+                try:
+                    self._data.close()
+                except Exception:  # closing must not mask the error that led here
+                    log.debug("error closing the data consumer", exc_info=True)
+                self._marshaler._consumer_closed(self)
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

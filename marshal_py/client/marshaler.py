@@ -1,0 +1,186 @@
+"""Marshaler: one per process; the member's connection to the coordination log."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from marshal_py.client.clock import BrokerClock
+from marshal_py.client.consumer import Consumer
+from marshal_py.client.engine import Balance, EngineConfig, MemberEngine, Mode, OffsetReset
+from marshal_py.client.source import KafkaPartitionSource
+from marshal_py.errors import ConfigurationError, TopicNotFoundError
+from marshal_py.identity import new_instance_id
+from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
+from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up
+from marshal_py.world import Owner, PartitionClaim, Rationalizer, RationalizerConfig
+
+log = logging.getLogger(__name__)
+
+
+def default_client_id() -> str:
+    """``<hostname>-<pid>``: unique per process. Pass a stable id to resume after restarts."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Marshaler:
+    """A process's member of one consumer group, coordinated through ``__marshal``.
+
+    ::
+
+        with Marshaler(bootstrap_servers="127.0.0.1:9092", group_id="team.job",
+                       client_id="worker-1", heartbeat_interval=10.0) as m:
+            consumer = m.consumer(["events"], mode="alo")
+            for record in consumer:
+                handle(record)
+                consumer.commit(record)
+
+    ``client_id`` names the logical consumer: give each process of a group its own, and the
+    same one again after a restart to take its partitions back without waiting for them to
+    go stale. ``heartbeat_interval`` (seconds) must be the same for every member of the group.
+    ``kafka_config`` passes kafka-python settings (security, SASL, SSL) to every client.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str = "127.0.0.1:9092",
+        group_id: str = "",
+        client_id: str | None = None,
+        heartbeat_interval: float = 10.0,
+        *,
+        coordination_topic: str = DEFAULT_COORDINATION_TOPIC,
+        replay_window: float = DEFAULT_REPLAY_WINDOW_MS / 1000,
+        timeout: float = 15.0,
+        kafka_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not group_id:
+            raise ConfigurationError("group_id is required: name the consumer group")
+        if heartbeat_interval < 0.01:
+            raise ConfigurationError("heartbeat_interval must be at least 0.01 seconds")
+        if replay_window < 0:
+            raise ConfigurationError("replay_window must be >= 0 seconds (0: everything)")
+        self.group_id = group_id
+        self.client_id = client_id or default_client_id()
+        self.instance_id = new_instance_id()
+        self.heartbeat_interval = heartbeat_interval
+        self.replay_window = replay_window
+        self._log_config = KafkaLogConfig(
+            bootstrap_servers=bootstrap_servers,
+            topic=coordination_topic,
+            timeout_s=timeout,
+            kafka_config=dict(kafka_config or {}),
+        )
+        self._log = KafkaLog(self._log_config)
+        self._lock = threading.RLock()
+        self.rationalizer = Rationalizer(RationalizerConfig(
+            coordination_partitions=self._log.partition_count(),
+            heartbeat_interval_ms=self._hi_ms,
+        ))
+        self.clock = BrokerClock()
+        self._consumer: Consumer | None = None
+        self._source: KafkaPartitionSource | None = None
+        self._closed = False
+
+    @property
+    def _hi_ms(self) -> int:
+        return int(self.heartbeat_interval * 1000)
+
+    @property
+    def me(self) -> Owner:
+        """This process as the log knows it."""
+        return Owner(self.instance_id, self.client_id)
+
+    def consumer(
+        self,
+        topics: Iterable[str],
+        mode: Mode = "alo",
+        *,
+        offset_reset: OffsetReset = "latest",
+        balance: Balance = "fair",
+        max_claims: int | None = None,
+    ) -> Consumer:
+        """Join the group on ``topics`` and return the consumer of the partitions it wins.
+
+        ``mode``: ``"alo"`` (at-least-once) or ``"amo"`` (at-most-once). ``offset_reset``:
+        where a partition with no committed offset starts, ``"latest"`` (default, as Kafka)
+        or ``"earliest"``. ``balance``: ``"fair"`` holds about partitions / live members and
+        hands partitions over to members that join; ``"greedy"`` takes every free partition.
+        ``max_claims`` caps how many partitions this member holds per topic.
+        One consumer per Marshaler at a time.
+        """
+        if self._closed:
+            raise ConfigurationError("this Marshaler is closed")
+        if self._consumer is not None:
+            raise ConfigurationError("this Marshaler already has an open consumer; close it "
+                                     "first or use another Marshaler")
+        wanted = tuple(dict.fromkeys(topics))
+        config = EngineConfig(
+            group_id=self.group_id,
+            client_id=self.client_id,
+            instance_id=self.instance_id,
+            topics=wanted,
+            mode=mode,
+            heartbeat_interval_ms=self._hi_ms,
+            offset_reset=offset_reset,
+            balance=balance,
+            max_claims=max_claims,
+            replay_window_ms=int(self.replay_window * 1000),
+        )
+        client_config = self._log_config.client_config()
+        source = KafkaPartitionSource(client_config, refresh_s=min(5.0, self.heartbeat_interval))
+        for topic in wanted:
+            if source.partition_count(topic) is None:
+                source.close()
+                raise TopicNotFoundError(
+                    f"topic {topic!r} does not exist on {self._log_config.bootstrap_servers}; "
+                    "create it or check the name"
+                )
+        engine = MemberEngine(config, self._log, self.rationalizer, source, self.clock,
+                              random.Random())
+        with self._lock:
+            engine.start()
+        self._source = source
+        tick = max(0.05, min(1.0, self.heartbeat_interval / 5))
+        self._consumer = Consumer(self, engine, wanted, client_config, tick)
+        return self._consumer
+
+    def _consumer_closed(self, consumer: Consumer) -> None:
+        if self._consumer is consumer:
+            self._consumer = None
+            if self._source is not None:
+                self._source.close()
+                self._source = None
+
+    def claims(self, topic: str | None = None) -> list[PartitionClaim]:
+        """The group's partitions as every member sees them, caught up to the log's end."""
+        with self._lock:
+            catch_up(self._log, self.rationalizer, range(self._log.partition_count()))
+            return self.rationalizer.claims(self.group_id, topic)
+
+    def members(self, topic: str) -> list[Owner]:
+        """Live members of the group on ``topic``."""
+        with self._lock:
+            catch_up(self._log, self.rationalizer, range(self._log.partition_count()))
+            return self.rationalizer.members(self.group_id, topic, self.clock.now_ms())
+
+    def close(self) -> None:
+        """Close the consumer (commit and release) and the coordination connections."""
+        if self._closed:
+            return
+        try:
+            if self._consumer is not None:
+                self._consumer.close()
+        finally:
+            self._closed = True
+            self._log.close()
+
+    def __enter__(self) -> Marshaler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

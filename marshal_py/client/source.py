@@ -1,0 +1,61 @@
+"""KafkaPartitionSource: partition counts and offset bounds of the consumed topics."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+
+from marshal_py.errors import BrokerUnavailableError
+
+_UNKNOWN_TOPIC = 3
+
+
+class KafkaPartitionSource:
+    """Answers the engine's questions about data topics.
+
+    Partition counts come from a metadata request, cached for ``refresh_s`` so that a
+    partition-count increase is noticed within that time; offsets from a group-less consumer.
+    Used only by the engine (under its lock), never by the fetching thread.
+    """
+
+    def __init__(self, client_config: dict[str, Any], refresh_s: float = 5.0) -> None:
+        self._admin = KafkaAdminClient(**client_config)
+        self._consumer = KafkaConsumer(group_id=None, enable_auto_commit=False,
+                                       **client_config)
+        self._refresh_s = refresh_s
+        self._counts: dict[str, tuple[float, int | None]] = {}
+
+    def partition_count(self, topic: str) -> int | None:
+        cached = self._counts.get(topic)
+        if cached is not None and time.monotonic() - cached[0] < self._refresh_s:
+            return cached[1]
+        try:
+            described = self._admin.describe_topics([topic])
+        except KafkaError as exc:
+            raise BrokerUnavailableError(f"cannot read metadata of {topic!r}: {exc}") from exc
+        count: int | None = None
+        for entry in described:
+            if entry.get("name") == topic and entry.get("error_code", 0) != _UNKNOWN_TOPIC:
+                count = len(entry.get("partitions") or []) or None
+        self._counts[topic] = (time.monotonic(), count)
+        return count
+
+    def offset_bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        tp = TopicPartition(topic, partition)
+        try:
+            beginning = self._consumer.beginning_offsets([tp])[tp]
+            end = self._consumer.end_offsets([tp])[tp]
+        except KafkaError as exc:
+            raise BrokerUnavailableError(
+                f"cannot list offsets of {topic}/{partition}: {exc}"
+            ) from exc
+        return int(beginning), int(end)
+
+    def close(self) -> None:
+        for client in (self._consumer, self._admin):
+            with contextlib.suppress(Exception):  # closing must not mask an earlier error
+                client.close()
