@@ -1,0 +1,210 @@
+"""The consumer engine's rules, one at a time, on MemoryLog with a virtual clock."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from marshal_py.client.engine import EngineConfig, MemberEngine
+from marshal_py.errors import BrokerUnavailableError, ClientIdInUseError
+from marshal_py.log import MemoryLog, VirtualClock, catch_up
+from marshal_py.world import Rationalizer, RationalizerConfig, Verdict
+from tests.simulation.harness import MemoryTopic, SimClock
+
+HI = 1_000
+
+
+class FlakyLog(MemoryLog):
+    """A MemoryLog whose appends can be made to fail (broker unreachable)."""
+
+    failing = False
+
+    def append(self, partition: int, value: bytes):  # type: ignore[no-untyped-def]
+        if self.failing:
+            raise BrokerUnavailableError("broker down (test)")
+        return super().append(partition, value)
+
+
+class World:
+    def __init__(self, partitions: int = 12) -> None:
+        self.clock = VirtualClock()
+        self.log = FlakyLog(partitions=2, clock=self.clock)
+        self.topic = MemoryTopic("orders", partitions)
+        self.rng = random.Random(1)
+
+    def member(self, client: str, instance: str | None = None, **options: object) -> MemberEngine:
+        config = EngineConfig(group_id="g", client_id=client,
+                              instance_id=instance or f"{self.rng.getrandbits(32):08x}",
+                              topics=("orders",), heartbeat_interval_ms=HI, **options)  # type: ignore[arg-type]
+        engine = MemberEngine(config, self.log, Rationalizer(RationalizerConfig(2, HI)),
+                              self.topic, SimClock(self.clock), random.Random(self.rng.random()))
+        engine.start()
+        return engine
+
+    def run(self, engines: list[MemberEngine], ms: int, step: int = 100) -> None:
+        for _ in range(ms // step):
+            self.clock.advance(step)
+            for engine in engines:
+                engine.tick()
+
+    def owners(self) -> dict[int, str | None]:
+        r = Rationalizer(RationalizerConfig(2, HI))
+        catch_up(self.log, r, [0, 1])
+        return {c.key.partition: (c.owner.client_id if c.owner and c.is_held(self.clock())
+                                  else None) for c in r.claims("g", "orders")}
+
+
+def held(engine: MemberEngine) -> list[int]:
+    return sorted(p for _, p in engine.holdings)
+
+
+def test_three_members_settle_on_fair_shares_and_a_joiner_gets_its_share() -> None:
+    w = World()
+    a = w.member("a")
+    w.run([a], 500)
+    assert len(held(a)) == 12  # alone: everything
+    b, c = w.member("b"), w.member("c")
+    w.run([a, b, c], 20 * HI)
+    assert sorted(len(held(e)) for e in (a, b, c)) == [4, 4, 4]
+    d = w.member("d")
+    w.run([a, b, c, d], 20 * HI)
+    assert sorted(len(held(e)) for e in (a, b, c, d)) == [3, 3, 3, 3]
+    assert set(w.owners().values()) == {"a", "b", "c", "d"}
+
+
+def test_greedy_and_max_claims() -> None:
+    w = World()
+    a = w.member("a", balance="greedy")
+    b = w.member("b", max_claims=2)
+    w.run([a, b], 5 * HI)
+    assert len(held(a)) + len(held(b)) == 12
+    assert len(held(b)) <= 2
+    w2 = World()
+    solo = w2.member("s", max_claims=5)
+    w2.run([solo], 5 * HI)
+    assert len(held(solo)) == 5
+
+
+def test_a_partition_count_increase_is_noticed() -> None:
+    w = World(partitions=4)
+    a = w.member("a")
+    w.run([a], HI)
+    w.topic.add_partitions(2)
+    w.run([a], HI)
+    assert held(a) == [0, 1, 2, 3, 4, 5]
+
+
+def test_close_releases_with_the_offset_and_others_take_over_at_once() -> None:
+    w = World(partitions=2)
+    a = w.member("a", offset_reset="earliest")
+    for _ in range(10):
+        w.topic.produce(0, b"x")
+    w.run([a], 300)
+    epoch, position = a.assignments()[("orders", 0)]
+    assert a.accept("orders", 0, epoch, list(range(position, 10)), 10)
+    for offset in range(10):
+        a.commit("orders", 0, offset, epoch)
+    b = w.member("b")
+    w.run([b], 300)
+    assert held(b) == []  # a holds them fresh
+    a.close()
+    w.run([b], 300)  # far less than 2 HI
+    assert held(b) == [0, 1]
+    assert b.assignments()[("orders", 0)][1] == 10  # continues after a's commit
+
+
+def test_a_claim_that_cannot_heartbeat_for_one_interval_releases_itself() -> None:
+    w = World(partitions=2)
+    a = w.member("a")
+    w.run([a], 300)
+    assert held(a) == [0, 1]
+    w.log.failing = True
+    w.run([a], HI // 2)
+    assert held(a) == [0, 1]
+    w.run([a], HI)
+    assert held(a) == []  # gave up after one HI without a confirmed heartbeat
+
+
+def test_a_member_that_lost_its_claim_stops_and_never_heartbeats_it_again() -> None:
+    w = World(partitions=1)
+    a = w.member("a")
+    w.run([a], 300)
+    epoch = a.assignments()[("orders", 0)][0]
+    # a is paused for 3 HI; b takes over
+    b = w.member("b")
+    w.run([b], 3 * HI)
+    assert held(b) == [0]
+    assert not a.holds("orders", 0, epoch)  # lease lapsed while paused: nothing delivered
+    a.tick()
+    assert held(a) == []
+    w.run([a, b], 2 * HI)
+    r = Rationalizer(RationalizerConfig(2, HI))
+    catch_up(w.log, r, [0, 1])
+    assert r.counters[Verdict.NOT_OWNER] == 0  # a never wrote for the lost partition
+
+
+def test_a_restarted_client_reclaims_after_one_interval_without_waiting_for_staleness() -> None:
+    w = World(partitions=3)
+    old = w.member("a", instance="00000001")
+    w.run([old], 300)
+    assert held(old) == [0, 1, 2]
+    # old dies (kill -9); a new process of the same client starts at once
+    new = w.member("a", instance="00000002")
+    w.run([new], HI // 2)
+    assert held(new) == []  # waits one HI to be sure the old one is dead
+    w.run([new], HI)
+    assert held(new) == [0, 1, 2]
+    assert w.clock() - new._joined_ms < 2 * HI  # type: ignore[operator]
+    r = Rationalizer(RationalizerConfig(2, HI))
+    catch_up(w.log, r, [0, 1])
+    assert r.counters[Verdict.CLAIM_RECLAIMED] == 3
+
+
+def test_two_live_processes_with_one_client_id_is_an_error() -> None:
+    w = World(partitions=2)
+    first = w.member("a")
+    w.run([first], 300)
+    second = w.member("a")
+    with pytest.raises(ClientIdInUseError, match="client id 'a'"):
+        w.run([first, second], 2 * HI)
+
+
+def test_amo_starts_after_the_highest_confirmed_offset() -> None:
+    w = World(partitions=1)
+    for _ in range(20):
+        w.topic.produce(0, b"x")
+    a = w.member("a", mode="amo", offset_reset="earliest")
+    w.run([a], 300)
+    epoch, position = a.assignments()[("orders", 0)]
+    assert position == 0
+    assert a.accept("orders", 0, epoch, list(range(0, 8)), 8)  # confirmed 0..7, processing
+    # a crashes mid-batch; b takes over after 2 HI and starts at 8
+    b = w.member("b", mode="amo")
+    w.run([b], 3 * HI)
+    assert b.assignments()[("orders", 0)][1] == 8
+
+
+@pytest.mark.parametrize(("reset", "expected"), [("latest", 5), ("earliest", 0)])
+def test_offset_reset_for_a_group_without_commits(reset: str, expected: int) -> None:
+    w = World(partitions=1)
+    for _ in range(5):
+        w.topic.produce(0, b"x")
+    a = w.member("a", offset_reset=reset)
+    w.run([a], 300)
+    assert a.assignments()[("orders", 0)][1] == expected
+    # and the reset position is committed at once, so a successor starts there too
+    r = Rationalizer(RationalizerConfig(2, HI))
+    catch_up(w.log, r, [0, 1])
+    assert r.claim("g", "orders", 0).committed_offset == expected
+
+
+def test_released_partitions_are_not_reclaimed_by_the_releaser_within_one_interval() -> None:
+    w = World(partitions=4)
+    a = w.member("a")
+    w.run([a], 300)
+    b = w.member("b")
+    w.run([a, b], 300)
+    # a released one partition for b; it must not grab it back
+    w.run([a, b], 10 * HI)
+    assert sorted(len(held(e)) for e in (a, b)) == [2, 2]
