@@ -336,20 +336,23 @@ class MemberEngine:
 
     def _release_for_balance(self, topic: str, count: int, mine: list[int], now: int) -> None:
         if now - self._last_balance_release_ms.get(topic, -(2**62)) < self.hi:
-            return  # one partition per interval: let the others take it before going on
+            return  # then give the others one interval to take what we released
         targets = self._fair_targets(topic, count, now)
         held_by: dict[Owner, int] = {}
         for claim in self.rationalizer.claims(self.config.group_id, topic):
             if claim.owner is not None and claim.is_held(now) and claim.key.partition < count:
                 held_by[claim.owner] = held_by.get(claim.owner, 0) + 1
-        if not any(held_by.get(m, 0) < t for m, t in targets.items() if m != self.me):
-            return
-        holding = self.holdings.pop((topic, mine[-1]))
+        deficit = sum(max(0, t - held_by.get(m, 0)) for m, t in targets.items() if m != self.me)
+        excess = len(mine) - targets[self.me]
+        if deficit <= 0:
+            return  # nobody could take it: keep consuming rather than release in vain
         self._last_balance_release_ms[topic] = now
-        if self._try_append(self._release_message(holding)):
-            self.stats.released += 1
-            log.info("released %s/%d so that another member can take its share",
-                     topic, holding.partition)
+        for partition in mine[len(mine) - min(excess, deficit):]:
+            holding = self.holdings.pop((topic, partition))
+            if self._try_append(self._release_message(holding)):
+                self.stats.released += 1
+                log.info("released %s/%d so that another member can take its share",
+                         topic, partition)
 
     def _claimable(self, claim: PartitionClaim, now: int) -> bool:
         owner = claim.owner
