@@ -337,6 +337,8 @@ def _record_json(record: Any) -> dict[str, object]:
 @click.option("--balance", type=click.Choice(["fair", "greedy"]), default="fair",
               show_default=True, help="Hold a fair share, or every free partition.")
 @click.option("--max-claims", type=click.IntRange(min=1), help="Hold at most N partitions.")
+@click.option("--release-lag", type=click.IntRange(min=1),
+              help="Hand a partition lagging by more than N records to a less busy member.")
 @click.option("--max-records", type=click.IntRange(min=1),
               help="Stop (commit and release) after N records.")
 @click.option("--print", "print_records", is_flag=True,
@@ -344,7 +346,8 @@ def _record_json(record: Any) -> dict[str, object]:
 def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, group: str,
             topics: tuple[str, ...], mode: str, client_id: str | None,
             heartbeat_interval: float, offset_reset: str, balance: str,
-            max_claims: int | None, max_records: int | None, print_records: bool) -> None:
+            max_claims: int | None, release_lag: int | None, max_records: int | None,
+            print_records: bool) -> None:
     """Consume topics as a member of GROUP until SIGTERM / Ctrl-C, then commit and release."""
     from marshal_py.client.marshaler import Marshaler
 
@@ -354,7 +357,7 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
         consumer = marshaler.consumer(list(topics), mode=mode,  # type: ignore[arg-type]
                                       offset_reset=offset_reset,  # type: ignore[arg-type]
                                       balance=balance,  # type: ignore[arg-type]
-                                      max_claims=max_claims)
+                                      max_claims=max_claims, release_lag=release_lag)
         click.echo(f"marshal consume: member {marshaler.client_id} "
                    f"(instance {marshaler.instance_id}) of {group} on {', '.join(topics)}",
                    err=True)

@@ -77,6 +77,9 @@ class EngineConfig:
     balance: Balance = "fair"
     max_claims: int | None = None
     replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS
+    #: Greedy members: release a partition whose lag exceeds this many records, when another
+    #: live member holds fewer partitions and so could take it (None: never).
+    release_lag: int | None = None
 
     def __post_init__(self) -> None:
         if not self.group_id:
@@ -97,6 +100,8 @@ class EngineConfig:
             raise ConfigurationError("heartbeat_interval must be at least 0.01 s")
         if self.max_claims is not None and self.max_claims < 1:
             raise ConfigurationError("max_claims must be >= 1 (or None for no limit)")
+        if self.release_lag is not None and self.release_lag < 1:
+            raise ConfigurationError("release_lag must be >= 1 record (or None)")
 
     @property
     def renew_interval_ms(self) -> int:
@@ -333,6 +338,34 @@ class MemberEngine:
             self._claim_some(topic, count, target - len(mine), now)
         elif len(mine) > target and self.config.balance == "fair":
             self._release_for_balance(topic, count, mine, now)
+        elif self.config.release_lag is not None and len(mine) > 1:
+            self._release_when_behind(topic, count, mine, now)
+
+    def _release_when_behind(self, topic: str, count: int, mine: list[int], now: int) -> None:
+        """Hand the most lagging partition to a member that holds fewer, if we are behind."""
+        assert self.config.release_lag is not None
+        if now - self._last_balance_release_ms.get(topic, -(2**62)) < self.hi:
+            return
+        lags = {}
+        for partition in mine:
+            _, end = self.source.offset_bounds(topic, partition)
+            lags[partition] = end - self.holdings[(topic, partition)].tracker.committed
+        worst = max(lags, key=lambda p: (lags[p], p))
+        if lags[worst] <= self.config.release_lag:
+            return
+        held_by: dict[Owner, int] = {}
+        for claim in self.rationalizer.claims(self.config.group_id, topic):
+            if claim.owner is not None and claim.is_held(now) and claim.key.partition < count:
+                held_by[claim.owner] = held_by.get(claim.owner, 0) + 1
+        others = [m for m in self._members(topic, now) if m != self.me]
+        if not any(held_by.get(m, 0) < len(mine) - 1 for m in others):
+            return  # alone, or nobody with room: keep going rather than release in vain
+        self._last_balance_release_ms[topic] = now
+        holding = self.holdings.pop((topic, worst))
+        if self._try_append(self._release_message(holding)):
+            self.stats.released += 1
+            log.info("behind on %s/%d by %d records: released it for a less busy member",
+                     topic, worst, lags[worst])
 
     def _release_for_balance(self, topic: str, count: int, mine: list[int], now: int) -> None:
         if now - self._last_balance_release_ms.get(topic, -(2**62)) < self.hi:

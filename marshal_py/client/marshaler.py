@@ -103,6 +103,7 @@ class Marshaler:
         offset_reset: OffsetReset = "latest",
         balance: Balance = "fair",
         max_claims: int | None = None,
+        release_lag: int | None = None,
     ) -> Consumer:
         """Join the group on ``topics`` and return the consumer of the partitions it wins.
 
@@ -110,7 +111,9 @@ class Marshaler:
         where a partition with no committed offset starts, ``"latest"`` (default, as Kafka)
         or ``"earliest"``. ``balance``: ``"fair"`` holds about partitions / live members and
         hands partitions over to members that join; ``"greedy"`` takes every free partition.
-        ``max_claims`` caps how many partitions this member holds per topic.
+        ``max_claims`` caps how many partitions this member holds per topic. ``release_lag``
+        (records): a member behind by more than that on a partition hands it to a live member
+        that holds at least two fewer partitions (useful with ``"greedy"``); never when alone.
         One consumer per Marshaler at a time.
         """
         if self._closed:
@@ -129,6 +132,7 @@ class Marshaler:
             offset_reset=offset_reset,
             balance=balance,
             max_claims=max_claims,
+            release_lag=release_lag,
             replay_window_ms=int(self.replay_window * 1000),
         )
         client_config = self._log_config.client_config()

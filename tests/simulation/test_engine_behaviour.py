@@ -208,3 +208,18 @@ def test_released_partitions_are_not_reclaimed_by_the_releaser_within_one_interv
     # a released one partition for b; it must not grab it back
     w.run([a, b], 10 * HI)
     assert sorted(len(held(e)) for e in (a, b)) == [2, 2]
+
+
+def test_a_greedy_member_behind_releases_only_when_another_member_could_take_it() -> None:
+    w = World(partitions=4)
+    for p in range(4):
+        for _ in range(50):
+            w.topic.produce(p, b"x")
+    a = w.member("a", balance="greedy", release_lag=10, offset_reset="earliest")
+    w.run([a], 5 * HI)
+    assert held(a) == [0, 1, 2, 3]  # behind by 50 everywhere, but alone: keeps them all
+    b = w.member("b", balance="greedy", release_lag=10, offset_reset="earliest")
+    w.run([a, b], 5 * HI)
+    # a released lagging partitions one per interval to b, which had room
+    assert len(held(a)) < 4
+    assert len(held(a)) + len(held(b)) == 4
