@@ -35,7 +35,8 @@ class Consumer:
     over the contiguous run); after a crash, at most about one heartbeat interval of records
     is delivered again. At-most-once (``mode="amo"``): every batch is confirmed in the
     coordination log before its first record is handed out, and never handed out twice,
-    whatever crashes; :meth:`commit` is accepted and does nothing.
+    whatever crashes (a crash loses the rest of the batch being handed out; a close or a
+    hand-over loses nothing); :meth:`commit` is accepted and changes nothing.
 
     Iteration blocks until a record arrives; :meth:`stop` (from any thread or a signal
     handler) ends it. :meth:`close` (or leaving the ``with`` block) commits, releases every
@@ -43,13 +44,17 @@ class Consumer:
     """
 
     def __init__(self, marshaler: Marshaler, engine: MemberEngine, topics: tuple[str, ...],
-                 client_config: dict[str, Any], tick_interval_s: float) -> None:
+                 client_config: dict[str, Any], tick_interval_s: float,
+                 amo_batch_size: int = 100) -> None:
         self._marshaler = marshaler
         self._engine = engine
         self._lock = marshaler._lock
         self.topics = topics
         self.mode = engine.config.mode
         self._tick_interval_s = tick_interval_s
+        # At-most-once confirms each fetched batch before handing it out; a crash loses at
+        # most the rest of one batch, so batches stay small there.
+        self._max_batch = amo_batch_size if self.mode == "amo" else 500
         self._data = KafkaConsumer(
             group_id=None,
             enable_auto_commit=False,
@@ -113,7 +118,8 @@ class Consumer:
             self._stop.wait(min(timeout_s, 0.2))
             return
         try:
-            polled = self._data.poll(timeout_ms=int(timeout_s * 1000), max_records=500)
+            polled = self._data.poll(timeout_ms=int(timeout_s * 1000),
+                                     max_records=self._max_batch)
         except KafkaError as exc:
             raise BrokerUnavailableError(f"fetching records failed: {exc}") from exc
         for tp, records in polled.items():
@@ -169,7 +175,8 @@ class Consumer:
         while self._buffer:
             record, epoch = self._buffer.popleft()
             with self._lock:
-                deliverable = self._engine.holds(record.topic, record.partition, epoch)
+                deliverable = self._engine.deliver(record.topic, record.partition, epoch,
+                                                   record.offset)
             if deliverable:
                 return record
             # Lost, released or lease lapsed: drop everything buffered for that partition.
@@ -180,7 +187,8 @@ class Consumer:
         return None
 
     def commit(self, record: ConsumerRecord) -> bool:
-        """Mark ``record`` processed. False if its partition is no longer held."""
+        """Mark ``record`` processed (at-least-once; at-most-once counts a record as done when
+        it is handed out). False if its partition is no longer held."""
         epoch = self._epochs.get((record.topic, record.partition))
         with self._lock:
             return self._engine.commit(record.topic, record.partition, record.offset, epoch)

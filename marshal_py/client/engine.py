@@ -311,27 +311,60 @@ class MemberEngine:
     # -- balancing and claiming ---------------------------------------------------------------
 
     def _members(self, topic: str, now: int) -> list[Owner]:
-        members = set(self.rationalizer.members(self.config.group_id, topic, now))
+        """Live members (one per client id: this process stands for its own client)."""
+        members = {m for m in self.rationalizer.members(self.config.group_id, topic, now)
+                   if m.client_id != self.me.client_id}
         members.add(self.me)
         return sorted(members, key=lambda o: (o.client_id, o.instance_id))
+
+    def _held_by_client(self, topic: str, count: int, now: int) -> dict[str, int]:
+        """How many partitions of ``topic`` each client id holds (fresh or unknown)."""
+        held: dict[str, int] = {}
+        for claim in self.rationalizer.claims(self.config.group_id, topic):
+            if claim.owner is not None and claim.is_held(now) and claim.key.partition < count:
+                held[claim.owner.client_id] = held.get(claim.owner.client_id, 0) + 1
+        return held
+
+    def _capacity(self, topic: str, member: Owner) -> int | None:
+        if member == self.me:
+            return self.config.max_claims
+        return self.rationalizer.member_capacity(self.config.group_id, topic, member)
 
     def target(self, topic: str, partitions: int, now: int) -> int:
         """How many partitions of ``topic`` this member aims to hold."""
         cap = self.config.max_claims if self.config.max_claims is not None else partitions
         if self.config.balance == "greedy":
             return min(cap, partitions)
-        return min(cap, self._fair_targets(topic, partitions, now)[self.me])
+        return self._fair_targets(topic, partitions, now)[self.me.client_id]
 
-    def _fair_targets(self, topic: str, partitions: int, now: int) -> dict[Owner, int]:
+    def _fair_targets(self, topic: str, partitions: int, now: int) -> dict[str, int]:
+        """Fair shares by client id: equal shares, the first ``N mod M`` one more, and what
+        a member with a smaller announced capacity cannot take goes to the others."""
         members = self._members(topic, now)
-        base, extra = divmod(partitions, len(members))
-        return {m: base + (1 if i < extra else 0) for i, m in enumerate(members)}
+        targets: dict[str, int] = {}
+        remaining = partitions
+        while members:
+            base, extra = divmod(remaining, len(members))
+            share = {m: base + (1 if i < extra else 0) for i, m in enumerate(members)}
+            capped = [m for m in members
+                      if (c := self._capacity(topic, m)) is not None and c < share[m]]
+            if not capped:
+                targets.update((m.client_id, share[m]) for m in members)
+                break
+            for m in capped:
+                cap = self._capacity(topic, m)
+                assert cap is not None
+                targets[m.client_id] = cap
+                remaining -= cap
+                members.remove(m)
+        return targets
 
     def _balance(self, topic: str) -> None:
         count = self.source.partition_count(topic)
         if count is None or count == 0:
             return
         now = self.clock.now_ms()
+        self._reclaim_from_predecessor(topic, count, now)
         mine = sorted(p for (t, p) in self.holdings if t == topic)
         target = self.target(topic, count, now)
         if len(mine) < target:
@@ -340,6 +373,21 @@ class MemberEngine:
             self._release_for_balance(topic, count, mine, now)
         elif self.config.release_lag is not None and len(mine) > 1:
             self._release_when_behind(topic, count, mine, now)
+
+    def _reclaim_from_predecessor(self, topic: str, count: int, now: int) -> None:
+        """Take back every partition a dead process of this client still holds, whatever
+        the target (balancing afterwards), so none of them passes through another member."""
+        if self._reclaim_after_ms is None or now < self._reclaim_after_ms:
+            return
+        wanted = []
+        for claim in self.rationalizer.claims(self.config.group_id, topic):
+            owner = claim.owner
+            if (owner is not None and owner.client_id == self.me.client_id and owner != self.me
+                    and claim.key.partition < count and claim.is_held(now)
+                    and self._may_reclaim(owner, now)):
+                wanted.append(claim.key.partition)
+        if wanted:
+            self._propose(topic, wanted)
 
     def _release_when_behind(self, topic: str, count: int, mine: list[int], now: int) -> None:
         """Hand the most lagging partition to a member that holds fewer, if we are behind."""
@@ -353,39 +401,32 @@ class MemberEngine:
         worst = max(lags, key=lambda p: (lags[p], p))
         if lags[worst] <= self.config.release_lag:
             return
-        held_by: dict[Owner, int] = {}
-        for claim in self.rationalizer.claims(self.config.group_id, topic):
-            if claim.owner is not None and claim.is_held(now) and claim.key.partition < count:
-                held_by[claim.owner] = held_by.get(claim.owner, 0) + 1
-        others = [m for m in self._members(topic, now) if m != self.me]
-        if not any(held_by.get(m, 0) < len(mine) - 1 for m in others):
+        held = self._held_by_client(topic, count, now)
+        others = [m.client_id for m in self._members(topic, now) if m != self.me]
+        if not any(held.get(c, 0) < len(mine) - 1 for c in others):
             return  # alone, or nobody with room: keep going rather than release in vain
         self._last_balance_release_ms[topic] = now
-        holding = self.holdings.pop((topic, worst))
-        if self._try_append(self._release_message(holding)):
-            self.stats.released += 1
-            log.info("behind on %s/%d by %d records: released it for a less busy member",
-                     topic, worst, lags[worst])
+        self._release(topic, [worst], f"behind by {lags[worst]} records")
 
     def _release_for_balance(self, topic: str, count: int, mine: list[int], now: int) -> None:
         if now - self._last_balance_release_ms.get(topic, -(2**62)) < self.hi:
             return  # then give the others one interval to take what we released
         targets = self._fair_targets(topic, count, now)
-        held_by: dict[Owner, int] = {}
-        for claim in self.rationalizer.claims(self.config.group_id, topic):
-            if claim.owner is not None and claim.is_held(now) and claim.key.partition < count:
-                held_by[claim.owner] = held_by.get(claim.owner, 0) + 1
-        deficit = sum(max(0, t - held_by.get(m, 0)) for m, t in targets.items() if m != self.me)
-        excess = len(mine) - targets[self.me]
-        if deficit <= 0:
+        held = self._held_by_client(topic, count, now)
+        deficit = sum(max(0, t - held.get(c, 0)) for c, t in targets.items()
+                      if c != self.me.client_id)
+        excess = len(mine) - targets[self.me.client_id]
+        if deficit <= 0 or excess <= 0:
             return  # nobody could take it: keep consuming rather than release in vain
         self._last_balance_release_ms[topic] = now
-        for partition in mine[len(mine) - min(excess, deficit):]:
+        self._release(topic, mine[len(mine) - min(excess, deficit):], "for another member")
+
+    def _release(self, topic: str, partitions: list[int], why: str) -> None:
+        for partition in partitions:
             holding = self.holdings.pop((topic, partition))
             if self._try_append(self._release_message(holding)):
                 self.stats.released += 1
-                log.info("released %s/%d so that another member can take its share",
-                         topic, partition)
+                log.info("released %s/%d (%s)", topic, partition, why)
 
     def _claimable(self, claim: PartitionClaim, now: int) -> bool:
         owner = claim.owner
@@ -436,17 +477,19 @@ class MemberEngine:
                 candidates.append(partition)
                 if len(candidates) == wanted:
                     break
-        if not candidates:
-            return
+        if candidates:
+            self._propose(topic, candidates)
+
+    def _propose(self, topic: str, partitions: list[int]) -> None:
+        """Propose claims, read the log back, and take up the ones won."""
         proposed_at = self.clock.now_ms()
-        proposals = []
-        for partition in candidates:
-            message = ClaimingPartition(proposed_at // 1000, self.me.instance_id,
-                                        self.me.client_id, self.config.group_id, topic, partition)
-            proposals.append((partition, self._append(message)))
+        for partition in partitions:
+            self._append(ClaimingPartition(proposed_at // 1000, self.me.instance_id,
+                                           self.me.client_id, self.config.group_id, topic,
+                                           partition))
             self.stats.claims_proposed += 1
         self._catch_up()  # read back: the log decided
-        for partition, _ in proposals:
+        for partition in partitions:
             claim = self._claim(topic, partition)
             if claim.owner == self.me:
                 self._won(topic, partition, claim)
@@ -510,7 +553,8 @@ class MemberEngine:
 
         At-least-once: yes while the claim is held. At-most-once: only once a
         ClaimingMessages for the batch's last offset is confirmed in the log and heartbeated;
-        a refused batch is never delivered (it may be lost, never duplicated).
+        a refused batch is never delivered (it may be lost, never duplicated). Each record is
+        then handed out through :meth:`deliver`.
         """
         holding = self.holdings.get((topic, partition))
         if holding is None or not self.holds(topic, partition, epoch) or not offsets:
@@ -530,9 +574,20 @@ class MemberEngine:
             self._refresh()
             return False
         holding.tracker.delivered(offsets, next_position)
-        holding.tracker.mark_all()
         self.stats.amo_batches_confirmed += 1
         self._heartbeat(holding)
+        return True
+
+    def deliver(self, topic: str, partition: int, epoch: int, offset: int) -> bool:
+        """Ask, right before handing a record out, whether it may be; True hands it out.
+
+        At-most-once counts the record as done at this moment (so a release or heartbeat
+        carries exactly what was handed out); at-least-once waits for :meth:`commit`.
+        """
+        if not self.holds(topic, partition, epoch):
+            return False
+        if self.config.mode == "amo":
+            self.holdings[(topic, partition)].tracker.mark(offset)
         return True
 
     def commit(self, topic: str, partition: int, offset: int, epoch: int | None = None) -> bool:
@@ -569,8 +624,10 @@ class MemberEngine:
         return self._partition_message(ReleasingPartition, holding, holding.tracker.committed)
 
     def _member_heartbeat(self, topic: str, *, active: bool) -> Message:
+        capacity = self.config.max_claims if self.config.max_claims is not None else -1
         return MemberHeartbeat(self.clock.now_ms() // 1000, self.me.instance_id,
-                               self.me.client_id, self.config.group_id, topic, int(active))
+                               self.me.client_id, self.config.group_id, topic, int(active),
+                               capacity)
 
     def _append(self, message: Message) -> int:
         """Write a message to its topic's coordination partition; return its broker time."""

@@ -104,6 +104,7 @@ class Marshaler:
         balance: Balance = "fair",
         max_claims: int | None = None,
         release_lag: int | None = None,
+        amo_batch_size: int = 100,
     ) -> Consumer:
         """Join the group on ``topics`` and return the consumer of the partitions it wins.
 
@@ -114,10 +115,14 @@ class Marshaler:
         ``max_claims`` caps how many partitions this member holds per topic. ``release_lag``
         (records): a member behind by more than that on a partition hands it to a live member
         that holds at least two fewer partitions (useful with ``"greedy"``); never when alone.
+        ``amo_batch_size``: at most this many records are confirmed per at-most-once round
+        trip (a crash loses at most the rest of one such batch).
         One consumer per Marshaler at a time.
         """
         if self._closed:
             raise ConfigurationError("this Marshaler is closed")
+        if amo_batch_size < 1:
+            raise ConfigurationError("amo_batch_size must be >= 1")
         if self._consumer is not None:
             raise ConfigurationError("this Marshaler already has an open consumer; close it "
                                      "first or use another Marshaler")
@@ -150,7 +155,7 @@ class Marshaler:
             engine.start()
         self._source = source
         tick = max(0.05, min(1.0, self.heartbeat_interval / 5))
-        self._consumer = Consumer(self, engine, wanted, client_config, tick)
+        self._consumer = Consumer(self, engine, wanted, client_config, tick, amo_batch_size)
         return self._consumer
 
     def _consumer_closed(self, consumer: Consumer) -> None:

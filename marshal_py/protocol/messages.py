@@ -80,12 +80,15 @@ class MemberHeartbeat(Message):
 
     Members write it once per heartbeat interval per topic, whether or not they hold a
     partition, so that every member can compute the same fair share. ``active`` is 1 while
-    the member runs and 0 when it leaves (closing), which removes it at once.
+    the member runs and 0 when it leaves (closing), which removes it at once. ``capacity`` is
+    the most partitions of the topic the member will hold (its ``max_claims``), -1 for no
+    limit, so that the others take up what it leaves.
     """
 
     TYPE: ClassVar[str] = "MemberHeartbeat"
     VERSIONS: ClassVar[frozenset[int]] = frozenset({2})
     active: int
+    capacity: int = -1
 
 
 EXTENSION_MESSAGE_TYPES: tuple[type[Message], ...] = (MemberHeartbeat,)

@@ -151,6 +151,7 @@ class Rationalizer:
         self._observers: list[Callable[[Outcome], None]] = []
         self._home_partition: dict[str, int] = {}
         self._members: dict[tuple[str, str], dict[Owner, int]] = {}
+        self._capacities: dict[tuple[str, str], dict[Owner, int]] = {}
 
     def observe(self, observer: Callable[[Outcome], None]) -> None:
         """Call ``observer`` with the outcome of every record applied from now on."""
@@ -212,15 +213,23 @@ class Rationalizer:
             if verdict is Verdict.CLAIM_RECLAIMED:
                 for other in [m for m in members if m.client_id == sender.client_id]:
                     del members[other]
+                    self._capacities.get((key.group, key.topic), {}).pop(other, None)
             members[sender] = record.timestamp_ms
         return Outcome(record, verdict, message)
 
     def _membership(self, message: MemberHeartbeat, sender: Owner, ts: int) -> Verdict:
-        members = self._members.setdefault((message.group_id, message.topic), {})
+        where = (message.group_id, message.topic)
+        members = self._members.setdefault(where, {})
+        capacities = self._capacities.setdefault(where, {})
         if message.active:
             members[sender] = ts
+            if message.capacity >= 0:
+                capacities[sender] = message.capacity
+            else:
+                capacities.pop(sender, None)
             return Verdict.MEMBER_HEARTBEAT
         members.pop(sender, None)
+        capacities.pop(sender, None)
         return Verdict.MEMBER_LEFT
 
     def _transition(
@@ -237,6 +246,10 @@ class Rationalizer:
         if isinstance(message, ReleasingPartition):
             claim.owner = None
             claim.committed_offset = message.offset
+            if claim.amo_claimed_offset is not None and claim.amo_claimed_offset >= message.offset:
+                # The owner's last word: it handed out nothing from ``offset`` on, so what it
+                # had confirmed beyond is free again and the next owner starts at ``offset``.
+                claim.amo_claimed_offset = message.offset - 1
             claim.last_release_ms = ts
             claim.released_by = sender
             return Verdict.RELEASED
@@ -317,11 +330,22 @@ class Rationalizer:
 
         A member is live while its last MemberHeartbeat, heartbeat or claim is at most 2 HI
         old; a MemberHeartbeat with active=0 removes it at once, and a restarted instance of
-        the same client replaces the old one when it reclaims.
+        the same client replaces the old one when it reclaims. Of several live instances of
+        one client id only the one seen last counts (a restarted process and its dead
+        predecessor are one member).
         """
         hi = self.config.heartbeat_interval_for(group)
         seen = self._members.get((group, topic), {})
-        return sorted(m for m, ts in seen.items() if now_ms - ts <= 2 * hi)
+        newest: dict[str, tuple[int, Owner]] = {}
+        for member, ts in seen.items():
+            if now_ms - ts <= 2 * hi and (member.client_id not in newest
+                                         or (ts, member) > newest[member.client_id]):
+                newest[member.client_id] = (ts, member)
+        return sorted(member for _, member in newest.values())
+
+    def member_capacity(self, group: str, topic: str, member: Owner) -> int | None:
+        """The most partitions ``member`` announced it will hold, or None for no limit."""
+        return self._capacities.get((group, topic), {}).get(member)
 
     def member_last_seen(self, group: str, topic: str) -> dict[Owner, int]:
         """Broker time of each known member's last sign of life (live or not)."""

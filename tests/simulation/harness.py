@@ -161,7 +161,7 @@ class Simulation:
         assert engine is not None
         while count > 0 and consumer.buffer:
             (topic, partition), epoch, offsets = consumer.buffer[0]
-            if not engine.holds(topic, partition, epoch):
+            if not engine.deliver(topic, partition, epoch, offsets[0]):
                 consumer.buffer.pop(0)  # lost or lease lapsed: never delivered
                 continue
             offset = offsets.pop(0)

@@ -223,3 +223,46 @@ def test_a_greedy_member_behind_releases_only_when_another_member_could_take_it(
     # a released lagging partitions one per interval to b, which had room
     assert len(held(a)) < 4
     assert len(held(a)) + len(held(b)) == 4
+
+
+def test_amo_close_hands_over_exactly_what_was_not_handed_out() -> None:
+    w = World(partitions=1)
+    for _ in range(20):
+        w.topic.produce(0, b"x")
+    a = w.member("a", mode="amo", offset_reset="earliest")
+    w.run([a], 300)
+    epoch, _ = a.assignments()[("orders", 0)]
+    assert a.accept("orders", 0, epoch, list(range(0, 8)), 8)  # confirmed 0..7
+    assert all(a.deliver("orders", 0, epoch, offset) for offset in range(3))  # handed out 0..2
+    a.close()
+    b = w.member("b", mode="amo")
+    w.run([b], 300)
+    assert b.assignments()[("orders", 0)][1] == 3  # 3..7 were never handed out: not lost
+
+
+def test_capacities_announced_by_members_are_filled_by_the_others() -> None:
+    w = World(partitions=12)
+    a = w.member("a")
+    b = w.member("b", max_claims=4)
+    c = w.member("c")
+    w.run([a, b, c], 10 * HI)
+    assert len(held(b)) == 4
+    assert sorted([len(held(a)), len(held(c))]) == [4, 4]
+    d = w.member("d", max_claims=1)
+    w.run([a, b, c, d], 10 * HI)
+    assert len(held(d)) == 1
+    assert len(held(a)) + len(held(b)) + len(held(c)) + len(held(d)) == 12
+    assert None not in w.owners().values()
+
+
+def test_a_restarted_member_takes_all_its_partitions_back_among_others() -> None:
+    w = World(partitions=12)
+    a, b = w.member("a"), w.member("b")
+    c_old = w.member("c", instance="000000c1")
+    w.run([a, b, c_old], 10 * HI)
+    before = held(c_old)
+    assert len(before) == 4
+    c_new = w.member("c", instance="000000c2")  # c_old was killed
+    w.run([a, b, c_new], 2 * HI)
+    assert held(c_new) == before
+    assert sorted(len(held(e)) for e in (a, b)) == [4, 4]

@@ -110,10 +110,12 @@ def test_encode_refuses_unregistered_types() -> None:
 def test_member_heartbeat_is_a_version_2_extension() -> None:
     from marshal_py.protocol import MemberHeartbeat
 
-    message = MemberHeartbeat(1700000000, "ab12cd34", "worker/1", "team.job", "events", 1)
+    message = MemberHeartbeat(1700000000, "ab12cd34", "worker/1", "team.job", "events", 1, 4)
     wire = encode(message)
-    assert wire == b"MemberHeartbeat/2/1700000000/ab12cd34/worker%2F1/team.job/events/1"
+    assert wire == b"MemberHeartbeat/2/1700000000/ab12cd34/worker%2F1/team.job/events/1/4"
     assert decode(wire) == message
+    unlimited = MemberHeartbeat(1700000000, "ab12cd34", "w", "g", "events", 0)
+    assert encode(unlimited) == b"MemberHeartbeat/2/1700000000/ab12cd34/w/g/events/0/-1"
     with pytest.raises(DecodeError) as info:
-        decode(b"MemberHeartbeat/1/1700000000/ab12cd34/worker-1/team.job/events/1")
+        decode(b"MemberHeartbeat/1/1700000000/ab12cd34/worker-1/team.job/events/1/-1")
     assert info.value.kind is DecodeErrorKind.UNKNOWN_VERSION

@@ -329,3 +329,18 @@ def test_lost_claims_and_non_owner_records_are_no_sign_of_life() -> None:
     s.heartbeat("c", at=2, offset=1)
     r = s.replay()
     assert r.members("g", "t", T0 + 2) == [Owner("i-a", "a")]
+
+
+def test_the_owners_release_frees_amo_confirmed_offsets_it_never_handed_out() -> None:
+    s = Scenario()
+    s.claim("a", at=0)
+    s.claim_messages("a", at=1, last=99)  # confirmed 0..99, handed out 0..9
+    s.release("a", at=2, offset=10)
+    claim = s.replay().claim("g", "t", 0)
+    assert claim.committed_offset == 10
+    assert claim.amo_claimed_offset == 9  # the next owner starts at 10: nothing lost
+    s2 = Scenario()
+    s2.claim("a", at=0)
+    s2.claim_messages("a", at=1, last=5)
+    s2.release("a", at=2, offset=10)
+    assert s2.replay().claim("g", "t", 0).amo_claimed_offset == 5  # never raised by a release
