@@ -12,7 +12,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
@@ -20,6 +20,7 @@ from kafka.errors import KafkaError
 
 from marshal_py.client.engine import MemberEngine
 from marshal_py.errors import BrokerUnavailableError, ClientIdInUseError, MarshalError
+from marshal_py.log.kafka import KafkaLogConfig
 
 if TYPE_CHECKING:
     from marshal_py.client.marshaler import Marshaler
@@ -44,7 +45,7 @@ class Consumer:
     """
 
     def __init__(self, marshaler: Marshaler, engine: MemberEngine, topics: tuple[str, ...],
-                 client_config: dict[str, Any], tick_interval_s: float,
+                 kafka: KafkaLogConfig, tick_interval_s: float,
                  amo_batch_size: int = 100) -> None:
         self._marshaler = marshaler
         self._engine = engine
@@ -60,7 +61,7 @@ class Consumer:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             fetch_max_wait_ms=200,
-            **client_config,
+            **kafka.client_config(KafkaConsumer),
         )
         self._epochs: dict[tuple[str, int], int] = {}
         self._buffer: deque[tuple[ConsumerRecord, int]] = deque()
@@ -156,7 +157,7 @@ class Consumer:
             self._raise_background_error()
             if self._stop.is_set() or self._closed:
                 raise StopIteration
-            self._fetch(timeout_s=0.5)
+            self._fetch(timeout_s=0.2)
 
     def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[ConsumerRecord]:
         """Up to ``max_records`` records, waiting at most about ``timeout_s`` for the first."""
@@ -179,11 +180,17 @@ class Consumer:
                                                    record.offset)
             if deliverable:
                 return record
-            # Lost, released or lease lapsed: drop everything buffered for that partition.
+            # Lost, released or lease lapsed: drop everything buffered for that partition,
+            # and if the claim is still ours, fetch those records again later.
             key = (record.topic, record.partition)
             self._buffer = deque(
                 (r, e) for r, e in self._buffer if (r.topic, r.partition) != key
             )
+            with self._lock:
+                position = self._engine.rewind(record.topic, record.partition, epoch,
+                                               record.offset)
+            if position is not None and self._epochs.get(key) == epoch:
+                self._data.seek(TopicPartition(*key), position)
         return None
 
     def commit(self, record: ConsumerRecord) -> bool:

@@ -569,7 +569,8 @@ class MemberEngine:
             return False
         self._catch_up()
         claim = self._claim(topic, partition)
-        if claim.owner != self.me or (claim.amo_claimed_offset or -1) < last:
+        confirmed = claim.amo_claimed_offset
+        if claim.owner != self.me or confirmed is None or confirmed < last:
             self.stats.amo_batches_refused += 1
             self._refresh()
             return False
@@ -587,8 +588,18 @@ class MemberEngine:
         if not self.holds(topic, partition, epoch):
             return False
         if self.config.mode == "amo":
-            self.holdings[(topic, partition)].tracker.mark(offset)
+            self.holdings[(topic, partition)].tracker.mark_through(offset)
         return True
+
+    def rewind(self, topic: str, partition: int, epoch: int, offset: int) -> int | None:
+        """Fetched records from ``offset`` on were not handed out (the lease lapsed for a
+        moment): if the claim is still held under ``epoch``, return the position to fetch
+        from again; None when the claim is gone (a new claim starts from the commit)."""
+        holding = self.holdings.get((topic, partition))
+        if holding is None or holding.epoch != epoch:
+            return None
+        holding.tracker.rewind(offset)
+        return holding.tracker.position
 
     def commit(self, topic: str, partition: int, offset: int, epoch: int | None = None) -> bool:
         """Mark a delivered record processed (at-least-once). False if the claim is gone."""

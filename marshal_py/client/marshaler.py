@@ -140,8 +140,8 @@ class Marshaler:
             release_lag=release_lag,
             replay_window_ms=int(self.replay_window * 1000),
         )
-        client_config = self._log_config.client_config()
-        source = KafkaPartitionSource(client_config, refresh_s=min(5.0, self.heartbeat_interval))
+        source = KafkaPartitionSource(self._log_config,
+                                      refresh_s=min(5.0, self.heartbeat_interval))
         for topic in wanted:
             if source.partition_count(topic) is None:
                 source.close()
@@ -155,7 +155,7 @@ class Marshaler:
             engine.start()
         self._source = source
         tick = max(0.05, min(1.0, self.heartbeat_interval / 5))
-        self._consumer = Consumer(self, engine, wanted, client_config, tick, amo_batch_size)
+        self._consumer = Consumer(self, engine, wanted, self._log_config, tick, amo_batch_size)
         return self._consumer
 
     def _consumer_closed(self, consumer: Consumer) -> None:

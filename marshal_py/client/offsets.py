@@ -45,6 +45,21 @@ class CommitTracker:
                 self._done.discard(self._outstanding.popleft())
         return self.committed
 
+    def mark_through(self, offset: int) -> int:
+        """Count everything delivered up to and including ``offset`` as done (at-most-once:
+        handing a record out is its commit, and nothing before it will be handed out)."""
+        while self._outstanding and self._outstanding[0] <= offset:
+            self._done.discard(self._outstanding.popleft())
+        return self.committed
+
+    def rewind(self, offset: int) -> None:
+        """Delivered offsets from ``offset`` on never reached the application: fetch again."""
+        if offset < self.committed:
+            offset = self.committed
+        while self._outstanding and self._outstanding[-1] >= offset:
+            self._done.discard(self._outstanding.pop())
+        self._position = min(self._position, offset)
+
     def mark_all(self) -> int:
         """Mark everything delivered done (at-most-once, or auto-commit)."""
         self._outstanding.clear()

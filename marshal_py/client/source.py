@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
 from marshal_py.errors import BrokerUnavailableError
+from marshal_py.log.kafka import KafkaLogConfig
 
 _UNKNOWN_TOPIC = 3
 
@@ -22,10 +22,10 @@ class KafkaPartitionSource:
     Used only by the engine (under its lock), never by the fetching thread.
     """
 
-    def __init__(self, client_config: dict[str, Any], refresh_s: float = 5.0) -> None:
-        self._admin = KafkaAdminClient(**client_config)
+    def __init__(self, config: KafkaLogConfig, refresh_s: float = 5.0) -> None:
+        self._admin = KafkaAdminClient(**config.client_config(KafkaAdminClient))
         self._consumer = KafkaConsumer(group_id=None, enable_auto_commit=False,
-                                       **client_config)
+                                       **config.client_config(KafkaConsumer))
         self._refresh_s = refresh_s
         self._counts: dict[str, tuple[float, int | None]] = {}
 

@@ -31,6 +31,9 @@ DEFAULT_COORDINATION_TOPIC = "__marshal"
 DEFAULT_COORDINATION_PARTITIONS = 4
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
 _UNKNOWN_TOPIC = 3
+_KNOWN_SETTINGS = frozenset(KafkaConsumer.DEFAULT_CONFIG) | frozenset(
+    KafkaProducer.DEFAULT_CONFIG
+) | frozenset(KafkaAdminClient.DEFAULT_CONFIG)
 
 
 @dataclass(frozen=True)
@@ -65,13 +68,25 @@ class KafkaLogConfig:
         if self.timeout_s <= 0:
             raise ConfigurationError("timeout_s must be > 0")
 
-    def client_config(self) -> dict[str, Any]:
-        """Settings for any kafka-python client talking to this cluster."""
+        unknown = sorted(set(self.kafka_config) - _KNOWN_SETTINGS)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown kafka-python setting(s) {', '.join(unknown)}; see the settings of "
+                "KafkaConsumer, KafkaProducer and KafkaAdminClient"
+            )
+
+    def client_config(self, client: type | None = None) -> dict[str, Any]:
+        """Settings for a kafka-python ``client`` class talking to this cluster: ours, plus
+        those of ``kafka_config`` that this kind of client knows (all of them if None)."""
+        extra = {
+            k: v for k, v in self.kafka_config.items()
+            if client is None or k in getattr(client, "DEFAULT_CONFIG", {})
+        }
         return {
             "bootstrap_servers": self.bootstrap_servers,
             "bootstrap_timeout_ms": int(self.timeout_s * 1000),
             "request_timeout_ms": int(self.timeout_s * 1000) + 5000,
-            **self.kafka_config,
+            **extra,
         }
 
 
@@ -100,13 +115,12 @@ class KafkaLog:
 
     def __init__(self, config: KafkaLogConfig) -> None:
         self.config = config
-        common = config.client_config()
-        self._common = common
+        self._config_for = config.client_config
         self._admin: KafkaAdminClient | None = None
         self._producer: KafkaProducer | None = None
         self._consumer: KafkaConsumer | None = None
         try:
-            self._admin = KafkaAdminClient(**common)
+            self._admin = KafkaAdminClient(**config.client_config(KafkaAdminClient))
             self._partition_count = self._ensure_topic()
         except (KafkaConnectionError, KafkaTimeoutError) as exc:
             self.close()
@@ -218,7 +232,7 @@ class KafkaLog:
                     acks="all",
                     enable_idempotence=True,
                     linger_ms=0,
-                    **self._common,
+                    **self._config_for(KafkaProducer),
                 )
             except (KafkaConnectionError, KafkaTimeoutError) as exc:
                 raise _unreachable(self.config, exc) from exc
@@ -232,7 +246,7 @@ class KafkaLog:
                     enable_auto_commit=False,
                     auto_offset_reset="earliest",
                     fetch_max_wait_ms=100,
-                    **self._common,
+                    **self._config_for(KafkaConsumer),
                 )
             except (KafkaConnectionError, KafkaTimeoutError) as exc:
                 raise _unreachable(self.config, exc) from exc

@@ -162,7 +162,8 @@ class Simulation:
         while count > 0 and consumer.buffer:
             (topic, partition), epoch, offsets = consumer.buffer[0]
             if not engine.deliver(topic, partition, epoch, offsets[0]):
-                consumer.buffer.pop(0)  # lost or lease lapsed: never delivered
+                consumer.buffer.pop(0)  # lost or lease lapsed: not delivered now
+                engine.rewind(topic, partition, epoch, offsets[0])  # fetched again if ours
                 continue
             offset = offsets.pop(0)
             if not offsets:

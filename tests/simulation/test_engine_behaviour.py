@@ -266,3 +266,38 @@ def test_a_restarted_member_takes_all_its_partitions_back_among_others() -> None
     w.run([a, b, c_new], 2 * HI)
     assert held(c_new) == before
     assert sorted(len(held(e)) for e in (a, b)) == [4, 4]
+
+
+def test_amo_delivers_a_batch_whose_last_offset_is_zero() -> None:
+    w = World(partitions=1)
+    w.topic.produce(0, b"only")
+    a = w.member("a", mode="amo", offset_reset="earliest")
+    w.run([a], 300)
+    epoch, position = a.assignments()[("orders", 0)]
+    assert position == 0
+    assert a.accept("orders", 0, epoch, [0], 1)
+    assert a.deliver("orders", 0, epoch, 0)
+    assert a.stats.amo_batches_refused == 0
+
+
+def test_records_not_handed_out_during_a_lapsed_lease_are_fetched_again() -> None:
+    w = World(partitions=1)
+    for _ in range(5):
+        w.topic.produce(0, b"x")
+    a = w.member("a", offset_reset="earliest")
+    w.run([a], 300)
+    epoch, _ = a.assignments()[("orders", 0)]
+    assert a.accept("orders", 0, epoch, [0, 1, 2, 3, 4], 5)
+    for offset in (0, 1):
+        assert a.deliver("orders", 0, epoch, offset)
+        a.commit("orders", 0, offset, epoch)
+    w.clock.advance(HI)  # the coordination thread was slow: the lease lapsed
+    assert not a.deliver("orders", 0, epoch, 2)
+    assert a.rewind("orders", 0, epoch, 2) == 2
+    a.tick()  # heartbeats, reads it back: the lease is renewed under the same claim
+    assert a.assignments()[("orders", 0)] == (epoch, 2)
+    assert a.accept("orders", 0, epoch, [2, 3, 4], 5)
+    for offset in (2, 3, 4):
+        assert a.deliver("orders", 0, epoch, offset)
+        a.commit("orders", 0, offset, epoch)
+    assert a.committed("orders", 0) == 5

@@ -42,3 +42,25 @@ def test_mark_all() -> None:
     t = CommitTracker(0)
     t.delivered([0, 1, 2], next_position=3)
     assert t.mark_all() == 3
+
+
+def test_mark_through_counts_everything_up_to_a_handed_out_record_as_done() -> None:
+    t = CommitTracker(0)
+    t.delivered([0, 1, 2, 3], next_position=4)
+    assert t.mark_through(2) == 3
+    assert t.mark_through(1) == 3
+
+
+def test_rewind_forgets_undelivered_offsets_and_fetches_them_again() -> None:
+    t = CommitTracker(10)
+    t.delivered([10, 11, 12, 13], next_position=14)
+    t.mark(10)
+    t.rewind(12)
+    assert t.position == 12
+    assert t.committed == 11
+    t.mark(11)
+    assert t.committed == 12
+    t.delivered([12, 13], next_position=14)
+    t.mark(12)
+    t.mark(13)
+    assert t.committed == 14

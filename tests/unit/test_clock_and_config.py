@@ -1,0 +1,42 @@
+"""BrokerClock estimates, and kafka-python settings routed to the clients that know them."""
+
+from __future__ import annotations
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+
+from marshal_py.client.clock import BrokerClock
+from marshal_py.errors import ConfigurationError
+from marshal_py.log import KafkaLogConfig
+
+
+def test_broker_clock_trusts_short_round_trips_over_the_first_slow_one() -> None:
+    clock = BrokerClock()
+    # The first append opens the connection: 150 ms round trip, a poor sample (+70 ms off).
+    clock.observe(broker_ms=10_145, sent_ms=10_000, acked_ms=10_150)
+    assert clock.offset_ms == pytest.approx(70)
+    # Fast appends show the broker 5 ms ahead of us: the estimate moves to them.
+    base = clock.offset_ms
+    clock.observe(broker_ms=20_001 + 5, sent_ms=int(20_000 + base), acked_ms=int(20_002 + base))
+    assert clock.offset_ms == pytest.approx(5, abs=1)
+    # A slow sample later does not drag it away.
+    base = clock.offset_ms
+    clock.observe(broker_ms=30_150 + 400, sent_ms=int(30_000 + base), acked_ms=int(30_300 + base))
+    assert clock.offset_ms == pytest.approx(5, abs=1)
+
+
+def test_kafka_config_goes_only_to_the_clients_that_know_each_setting() -> None:
+    config = KafkaLogConfig(kafka_config={"check_crcs": False, "linger_ms": 5,
+                                          "security_protocol": "PLAINTEXT"})
+    consumer = config.client_config(KafkaConsumer)
+    producer = config.client_config(KafkaProducer)
+    admin = config.client_config(KafkaAdminClient)
+    assert consumer["check_crcs"] is False and "linger_ms" not in consumer
+    assert producer["linger_ms"] == 5 and "check_crcs" not in producer
+    assert "check_crcs" not in admin and "linger_ms" not in admin
+    assert all(c["security_protocol"] == "PLAINTEXT" for c in (consumer, producer, admin))
+
+
+def test_unknown_kafka_settings_are_a_clear_error() -> None:
+    with pytest.raises(ConfigurationError, match=r"unknown kafka-python setting.*chek_crcs"):
+        KafkaLogConfig(kafka_config={"chek_crcs": False})
