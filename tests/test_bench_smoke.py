@@ -15,3 +15,11 @@ def test_rationalizer_benchmark_quick_mode_runs() -> None:
     assert result.returncode == 0, result.stderr
     assert "records/s" in result.stdout
     assert "5,000 records x 1 runs" in result.stdout
+
+
+def test_consumer_benchmark_quick_mode_runs() -> None:
+    result = subprocess.run([sys.executable, "-m", "bench.consumer", "--quick"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for line in ("failover:", "claim latency", "records/s (5,000 records x 1 runs"):
+        assert line in result.stdout, result.stdout[-3000:]
