@@ -33,6 +33,10 @@ class BrokerClock:
         """The estimated broker time now."""
         return int(time.time() * 1000 + self._offset_ms)
 
+    def monotonic_ms(self) -> float:
+        """Milliseconds of a clock that never jumps (for durations only)."""
+        return time.monotonic() * 1000
+
     def observe(self, broker_ms: int, sent_ms: int, acked_ms: int) -> None:
         """Learn from a record stamped ``broker_ms`` (``sent_ms``/``acked_ms`` from now_ms())."""
         rtt = max(0.0, float(acked_ms - sent_ms))

@@ -24,6 +24,9 @@ class SimClock:
     def observe(self, broker_ms: int, sent_ms: int, acked_ms: int) -> None:
         pass
 
+    def monotonic_ms(self) -> float:
+        return float(self.clock())
+
 
 class MemoryTopic:
     """A data topic in memory; also the engine's PartitionSource."""
@@ -82,6 +85,8 @@ class Simulation:
         self.topic = MemoryTopic("orders", partitions)
         self.consumers = [SimConsumer(f"worker-{i}") for i in range(consumers)]
         self.deliveries: list[Delivery] = []
+        #: (instance, tp, offset) -> when the application's commit of it was accepted
+        self.committed_at: dict[tuple[str, TP, int], int] = {}
         self.produced = 0
         self.auditor = Rationalizer(RationalizerConfig(coordination_partitions, hi_ms))
         self.faults = {"crash": 0, "pause": 0, "close": 0, "restart": 0}
@@ -144,7 +149,8 @@ class Simulation:
         engine.tick()
         # Process what was delivered last step (commit after "work").
         for tp, epoch, offset in consumer.uncommitted:
-            engine.commit(tp[0], tp[1], offset, epoch)
+            if engine.commit(tp[0], tp[1], offset, epoch):
+                self.committed_at[(engine.me.instance_id, tp, offset)] = self.clock()
         consumer.uncommitted.clear()
         buffered = {tp for tp, _, _ in consumer.buffer}
         for (topic, partition), (epoch, position) in engine.assignments().items():

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from marshal_py.log import catch_up
-from tests.simulation.harness import Simulation
+from tests.simulation.harness import Delivery, Simulation
 
 STEPS = 1500
 DRAIN = 300
@@ -52,6 +52,21 @@ def test_alo_delivers_every_record_with_one_deliverer_per_partition(seed: int) -
     assert produced - delivered == set()
     assert sim.faults["crash"] + sim.faults["pause"] + sim.faults["close"] >= 5
     assert sim.produced > 500
+    # Re-deliveries are bounded: a record comes again only if its first deliverer had not
+    # committed it, or committed it less than about one heartbeat interval (plus a step)
+    # before its stint on the partition ended.
+    first: dict[tuple[object, int], Delivery] = {}
+    times: dict[tuple[str, object], list[int]] = {}
+    for d in sim.deliveries:
+        first.setdefault((d.tp, d.offset), d)
+        times.setdefault((d.instance, d.tp), []).append(d.at_ms)
+    again = [d for d in sim.deliveries if first[(d.tp, d.offset)] is not d]
+    for d in again:
+        original = first[(d.tp, d.offset)]
+        stint_end = max(t for t in times[(original.instance, original.tp)] if t < d.at_ms)
+        committed = sim.committed_at.get((original.instance, original.tp, original.offset))
+        assert committed is None or stint_end - committed <= sim.hi + 500, (original, d)
+    assert len(again) < 0.2 * len(sim.deliveries)
 
 
 @pytest.mark.parametrize("seed", range(6))
