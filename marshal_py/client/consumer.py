@@ -64,6 +64,9 @@ class Consumer:
             **kafka.client_config(KafkaConsumer),
         )
         self._epochs: dict[tuple[str, int], int] = {}
+        # Commits from the application thread wait here (deque appends are thread-safe) and
+        # are applied by the coordination thread right before it heartbeats.
+        self._pending_commits: deque[tuple[str, int, int, int | None]] = deque()
         self._buffer: deque[tuple[ConsumerRecord, int]] = deque()
         self._stop = threading.Event()
         self._closed = False
@@ -80,6 +83,7 @@ class Consumer:
                 with self._lock:
                     if self._closed:
                         return
+                    self._apply_commits()
                     self._engine.tick()
             except ClientIdInUseError as exc:
                 self._error = exc
@@ -139,6 +143,12 @@ class Consumer:
                 # Not confirmed (at-most-once could not write its claim): fetch them again.
                 self._data.seek(tp, still[1])
 
+    def _apply_commits(self) -> None:
+        """Hand queued commits to the engine (call with the lock held)."""
+        while self._pending_commits:
+            topic, partition, offset, epoch = self._pending_commits.popleft()
+            self._engine.commit(topic, partition, offset, epoch)
+
     def _raise_background_error(self) -> None:
         if self._error is not None:
             error, self._error = self._error, None
@@ -175,9 +185,13 @@ class Consumer:
     def _next_buffered(self) -> ConsumerRecord | None:
         while self._buffer:
             record, epoch = self._buffer.popleft()
-            with self._lock:
-                deliverable = self._engine.deliver(record.topic, record.partition, epoch,
-                                                   record.offset)
+            if self.mode == "alo":
+                # Read-only check, no lock: the coordination thread may be in a network call.
+                deliverable = self._engine.holds(record.topic, record.partition, epoch)
+            else:
+                with self._lock:
+                    deliverable = self._engine.deliver(record.topic, record.partition, epoch,
+                                                       record.offset)
             if deliverable:
                 return record
             # Lost, released or lease lapsed: drop everything buffered for that partition,
@@ -197,8 +211,11 @@ class Consumer:
         """Mark ``record`` processed (at-least-once; at-most-once counts a record as done when
         it is handed out). False if its partition is no longer held."""
         epoch = self._epochs.get((record.topic, record.partition))
-        with self._lock:
-            return self._engine.commit(record.topic, record.partition, record.offset, epoch)
+        if epoch is None or not self._engine.holds(record.topic, record.partition, epoch):
+            return False
+        if self.mode == "alo":
+            self._pending_commits.append((record.topic, record.partition, record.offset, epoch))
+        return True
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions this member holds now."""
@@ -218,6 +235,7 @@ class Consumer:
         with self._lock:
             self._closed = True
             try:
+                self._apply_commits()
                 self._engine.close()
             finally:
                 try:
