@@ -440,7 +440,7 @@ def claim_latency(bootstrap: str, admin: KafkaAdminClient, joins: int,
     create_topic(admin, topic)
     wanted = max_claims or PARTITIONS
     label = (f"one member claims {wanted}" + (" (max_claims=1)" if max_claims == 1 else "")
-             + ("" if local_clock else ", BrokerClock as shipped"))
+             + (", uncorrected local clock" if local_clock else ""))
     result = ClaimLatency(label, joins, wanted, [], [], [])
     for i in range(joins):
         # A new client id each time: a member does not re-take for one HI what it released.
