@@ -5,12 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from marshal_py.protocol import (
+    AcknowledgingRecords,
+    AcquiringRecords,
     ClaimingMessages,
     ClaimingPartition,
     Heartbeat,
+    InitializingSharePartition,
     MemberHeartbeat,
     Message,
     ReleasingPartition,
+    RenewingLocks,
     coordination_partition,
     encode,
 )
@@ -71,6 +75,28 @@ class Scenario:
                group: str = "g", topic: str = "t") -> CoordinationRecord:
         return self.write(MemberHeartbeat(0, instance or f"i-{client}", client, group, topic,
                                           int(active)), at)
+
+    def share_init(self, client: str, at: int, start: int, *, delivery_limit: int = 5,
+                   inflight_limit: int = 2000, group: str = "g", topic: str = "t",
+                   partition: int = 0) -> CoordinationRecord:
+        return self.write(InitializingSharePartition(
+            **self._base(client, None, group, topic, partition), start_offset=start,
+            delivery_limit=delivery_limit, inflight_limit=inflight_limit), at)
+
+    def acquire(self, client: str, at: int, ranges: str, *, lock_ms: int = 30_000,
+                group: str = "g", topic: str = "t", partition: int = 0) -> CoordinationRecord:
+        return self.write(AcquiringRecords(**self._base(client, None, group, topic, partition),
+                                           ranges=ranges, lock_ms=lock_ms), at)
+
+    def ack(self, client: str, at: int, ranges: str, kind: str = "accept", *, group: str = "g",
+            topic: str = "t", partition: int = 0) -> CoordinationRecord:
+        return self.write(AcknowledgingRecords(
+            **self._base(client, None, group, topic, partition), ranges=ranges, kind=kind), at)
+
+    def renew(self, client: str, at: int, ranges: str, *, lock_ms: int = 30_000,
+              group: str = "g", topic: str = "t", partition: int = 0) -> CoordinationRecord:
+        return self.write(RenewingLocks(**self._base(client, None, group, topic, partition),
+                                        ranges=ranges, lock_ms=lock_ms), at)
 
     def rationalizer(self) -> Rationalizer:
         return Rationalizer(RationalizerConfig(self.partitions, self.heartbeat_interval_ms))

@@ -114,6 +114,9 @@ def encode(message: Message) -> bytes:
     message_type = type(message)
     if _REGISTRY.get(message_type.TYPE) is not message_type:
         raise ValueError(f"{message_type.__name__} is not a registered message type")
+    validate = getattr(message, "validate", None)
+    if validate is not None:
+        validate()  # ValueError: refuse to write what no reader would accept
     version = wire_version(message)
     fields = [_format_field(getattr(message, name)) for name, _ in _field_kinds(message_type)]
     if version >= ESCAPED_VERSION:
@@ -164,7 +167,14 @@ def decode(data: bytes) -> Message:
         for (name, is_int), raw in zip(kinds, raw_fields, strict=True)
     }
     _check_ranges(type_name, values)
-    return message_type(**values)
+    message = message_type(**values)
+    validate = getattr(message, "validate", None)
+    if validate is not None:
+        try:
+            validate()
+        except ValueError as exc:
+            raise DecodeError(DecodeErrorKind.MALFORMED, f"{type_name}: {exc}") from exc
+    return message
 
 
 def _check_ranges(type_name: str, values: dict[str, Any]) -> None:

@@ -11,6 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from marshal_py.protocol.ranges import parse_ranges
+
+#: Share-mode bounds, as KIP-932's: delivery attempt limit 2..10 (default 5), acquisition
+#: lock 1 s..1 h (default 30 s).
+MIN_DELIVERY_LIMIT, MAX_DELIVERY_LIMIT, DEFAULT_DELIVERY_LIMIT = 2, 10, 5
+MIN_LOCK_MS, MAX_LOCK_MS, DEFAULT_LOCK_MS = 1_000, 3_600_000, 30_000
+DEFAULT_INFLIGHT_LIMIT = 2_000
+ACK_KINDS = frozenset({"accept", "release", "reject"})
+
 
 @dataclass(frozen=True, slots=True)
 class Message:
@@ -91,4 +100,82 @@ class MemberHeartbeat(Message):
     capacity: int = -1
 
 
-EXTENSION_MESSAGE_TYPES: tuple[type[Message], ...] = (MemberHeartbeat,)
+@dataclass(frozen=True, slots=True)
+class ShareMessage(PartitionMessage):
+    """Extensions (version 2) for share mode: many members consume one partition."""
+
+    VERSIONS: ClassVar[frozenset[int]] = frozenset({2})
+
+    def validate(self) -> None:
+        """Raise ValueError when a field is out of its domain (the codec calls it)."""
+        if hasattr(self, "ranges"):
+            parse_ranges(self.ranges)
+
+
+@dataclass(frozen=True, slots=True)
+class InitializingSharePartition(ShareMessage):
+    """Start a share-partition at ``start_offset`` with its limits (the first one wins)."""
+
+    TYPE: ClassVar[str] = "InitializingSharePartition"
+    start_offset: int
+    delivery_limit: int
+    inflight_limit: int
+
+    def validate(self) -> None:
+        if self.start_offset < 0:
+            raise ValueError("start_offset < 0")
+        if not MIN_DELIVERY_LIMIT <= self.delivery_limit <= MAX_DELIVERY_LIMIT:
+            raise ValueError(f"delivery_limit {self.delivery_limit} outside 2..10")
+        if self.inflight_limit < 1:
+            raise ValueError("inflight_limit < 1")
+
+
+@dataclass(frozen=True, slots=True)
+class AcquiringRecords(ShareMessage):
+    """Acquire the Available records of ``ranges`` for ``lock_ms`` milliseconds."""
+
+    TYPE: ClassVar[str] = "AcquiringRecords"
+    ranges: str
+    lock_ms: int
+
+    def validate(self) -> None:
+        parse_ranges(self.ranges)
+        if not MIN_LOCK_MS <= self.lock_ms <= MAX_LOCK_MS:
+            raise ValueError(f"lock_ms {self.lock_ms} outside 1 s..1 h")
+
+
+@dataclass(frozen=True, slots=True)
+class AcknowledgingRecords(ShareMessage):
+    """Acknowledge records the sender holds: ``kind`` is accept, release or reject."""
+
+    TYPE: ClassVar[str] = "AcknowledgingRecords"
+    ranges: str
+    kind: str
+
+    def validate(self) -> None:
+        parse_ranges(self.ranges)
+        if self.kind not in ACK_KINDS:
+            raise ValueError(f"unknown acknowledgement kind {self.kind!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RenewingLocks(ShareMessage):
+    """Extend the sender's locks on ``ranges`` to ``lock_ms`` from this record's time."""
+
+    TYPE: ClassVar[str] = "RenewingLocks"
+    ranges: str
+    lock_ms: int
+
+    def validate(self) -> None:
+        parse_ranges(self.ranges)
+        if not MIN_LOCK_MS <= self.lock_ms <= MAX_LOCK_MS:
+            raise ValueError(f"lock_ms {self.lock_ms} outside 1 s..1 h")
+
+
+EXTENSION_MESSAGE_TYPES: tuple[type[Message], ...] = (
+    MemberHeartbeat,
+    InitializingSharePartition,
+    AcquiringRecords,
+    AcknowledgingRecords,
+    RenewingLocks,
+)

@@ -14,16 +14,23 @@ from dataclasses import dataclass, field
 
 from marshal_py.protocol.codec import DecodeError, DecodeErrorKind, decode
 from marshal_py.protocol.messages import (
+    AcknowledgingRecords,
+    AcquiringRecords,
     ClaimingMessages,
     ClaimingPartition,
     Heartbeat,
+    InitializingSharePartition,
     MemberHeartbeat,
     Message,
     PartitionMessage,
     ReleasingPartition,
+    RenewingLocks,
+    ShareMessage,
 )
 from marshal_py.protocol.placement import coordination_partition
+from marshal_py.protocol.ranges import format_ranges, parse_ranges
 from marshal_py.world.records import CoordinationRecord
+from marshal_py.world.share import InFlightRecord, RecordState, SharePartition, ShareResult
 from marshal_py.world.state import Owner, PartitionClaim, PartitionKey
 
 DEFAULT_HEARTBEAT_INTERVAL_MS = 10_000
@@ -41,9 +48,14 @@ class Verdict(enum.Enum):
     MESSAGES_CLAIMED = "messages_claimed"
     MEMBER_HEARTBEAT = "member_heartbeat"
     MEMBER_LEFT = "member_left"
+    SHARE_INITIALIZED = "share_initialized"
+    RECORDS_ACQUIRED = "records_acquired"
+    RECORDS_ACKNOWLEDGED = "records_acknowledged"
+    LOCKS_RENEWED = "locks_renewed"
     # Valid messages the rules ignore.
     CLAIM_LOST = "claim_lost"
     NOT_OWNER = "not_owner"
+    SHARE_IGNORED = "share_ignored"
     MISPLACED = "misplaced"
     # Records that were skipped.
     DUPLICATE = "duplicate"
@@ -73,13 +85,18 @@ _APPLIED = frozenset(
         Verdict.MESSAGES_CLAIMED,
         Verdict.MEMBER_HEARTBEAT,
         Verdict.MEMBER_LEFT,
+        Verdict.SHARE_INITIALIZED,
+        Verdict.RECORDS_ACQUIRED,
+        Verdict.RECORDS_ACKNOWLEDGED,
+        Verdict.LOCKS_RENEWED,
     }
 )
 _SKIPPED = frozenset(
     {Verdict.TOMBSTONE, Verdict.MALFORMED, Verdict.UNKNOWN_TYPE, Verdict.UNKNOWN_VERSION}
 )
 _PROOF_OF_LIFE = frozenset(
-    {Verdict.CLAIM_WON, Verdict.CLAIM_RENEWED, Verdict.CLAIM_RECLAIMED, Verdict.HEARTBEAT}
+    {Verdict.CLAIM_WON, Verdict.CLAIM_RENEWED, Verdict.CLAIM_RECLAIMED, Verdict.HEARTBEAT,
+     Verdict.RECORDS_ACQUIRED, Verdict.RECORDS_ACKNOWLEDGED, Verdict.LOCKS_RENEWED}
 )
 _DECODE_VERDICTS = {
     DecodeErrorKind.MALFORMED: Verdict.MALFORMED,
@@ -152,6 +169,9 @@ class Rationalizer:
         self._home_partition: dict[str, int] = {}
         self._members: dict[tuple[str, str], dict[Owner, int]] = {}
         self._capacities: dict[tuple[str, str], dict[Owner, int]] = {}
+        self._shares: dict[PartitionKey, SharePartition] = {}
+        #: Offsets of share messages that did not apply (void acquisitions, stale acks).
+        self.share_ignored_offsets = 0
 
     def observe(self, observer: Callable[[Outcome], None]) -> None:
         """Call ``observer`` with the outcome of every record applied from now on."""
@@ -204,6 +224,11 @@ class Rationalizer:
             # A registered extension this rationalizer does not interpret (yet).
             return Outcome(record, Verdict.UNKNOWN_TYPE, message)
         key = PartitionKey(message.group_id, message.topic, message.partition)
+        if isinstance(message, ShareMessage):
+            verdict, detail = self._share(key, sender, message, record.timestamp_ms)
+            if verdict in _PROOF_OF_LIFE:
+                self._members.setdefault((key.group, key.topic), {})[sender] = record.timestamp_ms
+            return Outcome(record, verdict, message, detail)
         claim = self._claims.get(key)
         if claim is None:
             claim = self._claims[key] = _Claim()
@@ -216,6 +241,38 @@ class Rationalizer:
                     self._capacities.get((key.group, key.topic), {}).pop(other, None)
             members[sender] = record.timestamp_ms
         return Outcome(record, verdict, message)
+
+    def _share(self, key: PartitionKey, sender: Owner, message: ShareMessage,
+               ts: int) -> tuple[Verdict, str]:
+        share = self._shares.get(key)
+        if isinstance(message, InitializingSharePartition):
+            if share is not None:
+                return Verdict.SHARE_IGNORED, "already initialized"
+            self._shares[key] = SharePartition(message.start_offset, message.delivery_limit,
+                                               message.inflight_limit)
+            return Verdict.SHARE_INITIALIZED, f"SPSO {message.start_offset}"
+        if share is None:
+            return Verdict.SHARE_IGNORED, "share-partition not initialized"
+        share.expire(ts)
+        result: ShareResult
+        if isinstance(message, AcquiringRecords):
+            result = share.acquire(sender, parse_ranges(message.ranges), message.lock_ms, ts)
+            verdict = Verdict.RECORDS_ACQUIRED
+        elif isinstance(message, AcknowledgingRecords):
+            result = share.acknowledge(sender, parse_ranges(message.ranges), message.kind, ts)
+            verdict = Verdict.RECORDS_ACKNOWLEDGED
+        elif isinstance(message, RenewingLocks):
+            result = share.renew(sender, parse_ranges(message.ranges), message.lock_ms, ts)
+            verdict = Verdict.LOCKS_RENEWED
+        else:
+            return Verdict.UNKNOWN_TYPE, ""
+        self.share_ignored_offsets += result.ignored
+        if not result.applied:
+            return Verdict.SHARE_IGNORED, f"{result.ignored} offsets did not apply"
+        detail = format_ranges(result.applied)
+        if result.ignored:
+            detail += f" ({result.ignored} offsets did not apply)"
+        return verdict, detail
 
     def _membership(self, message: MemberHeartbeat, sender: Owner, ts: int) -> Verdict:
         where = (message.group_id, message.topic)
@@ -346,6 +403,25 @@ class Rationalizer:
     def member_capacity(self, group: str, topic: str, member: Owner) -> int | None:
         """The most partitions ``member`` announced it will hold, or None for no limit."""
         return self._capacities.get((group, topic), {}).get(member)
+
+    def share_partition(self, group: str, topic: str, partition: int) -> SharePartition | None:
+        """The share-partition's state machine (read it, do not change it), or None."""
+        return self._shares.get(PartitionKey(group, topic, partition))
+
+    def share_partitions(self, group: str | None = None,
+                         topic: str | None = None) -> list[tuple[PartitionKey, SharePartition]]:
+        """Every initialized share-partition, optionally filtered, sorted by key."""
+        return [(k, v) for k, v in sorted(self._shares.items(), key=lambda kv: kv[0])
+                if (group is None or k.group == group) and (topic is None or k.topic == topic)]
+
+    def acquired_by(self, owner: Owner, group: str, topic: str, partition: int,
+                    now_ms: int) -> list[InFlightRecord]:
+        """Records of a share-partition that ``owner`` holds under a live lock at ``now_ms``."""
+        share = self._shares.get(PartitionKey(group, topic, partition))
+        if share is None:
+            return []
+        return [r for r in share.in_flight(now_ms)
+                if r.state is RecordState.ACQUIRED and r.holder == owner]
 
     def member_last_seen(self, group: str, topic: str) -> dict[Owner, int]:
         """Broker time of each known member's last sign of life (live or not)."""

@@ -1,0 +1,199 @@
+"""The share-partition state machine (KIP-932 semantics on the coordination log). Pure.
+
+A share-partition is one partition of a topic consumed by a share group: many members
+acquire ranges of its records under time-limited locks and acknowledge them one by one.
+Records before the share-partition start offset (SPSO) are done; records from the
+share-partition end offset (SPEO) on were never acquired. In between are the in-flight
+records, each Available, Acquired (by one member, until its lock expires), Acknowledged or
+Archived, with a delivery count. Time is the broker timestamp of the record being applied.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from marshal_py.protocol.ranges import OffsetRange, offsets_in, ranges_of
+from marshal_py.world.state import Owner
+
+
+class RecordState(enum.Enum):
+    """The state of one in-flight record."""
+
+    AVAILABLE = "available"
+    ACQUIRED = "acquired"
+    ACKNOWLEDGED = "acknowledged"
+    ARCHIVED = "archived"
+
+
+@dataclass(slots=True)
+class _Record:
+    state: RecordState
+    delivery_count: int
+    holder: Owner | None = None
+    lock_expiry_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InFlightRecord:
+    """An in-flight record as seen at some time."""
+
+    offset: int
+    state: RecordState
+    delivery_count: int
+    holder: Owner | None
+    lock_expiry_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ShareResult:
+    """What one share message did: the offsets it applied to and those it could not."""
+
+    applied: tuple[OffsetRange, ...]
+    ignored: int
+    archived: tuple[OffsetRange, ...] = ()
+
+
+class SharePartition:
+    """The in-flight state of one share-partition.
+
+    Transitions (KIP-932): Available -> Acquired on acquisition (delivery count + 1);
+    Acquired -> Acknowledged on accept; Acquired -> Available on release or lock expiry while
+    the delivery count is below the limit, -> Archived at the limit; Acquired -> Archived on
+    reject. The SPSO moves over the contiguous prefix of Acknowledged and Archived records.
+    """
+
+    def __init__(self, start_offset: int, delivery_limit: int, inflight_limit: int) -> None:
+        self.spso = start_offset
+        self.speo = start_offset
+        self.delivery_limit = delivery_limit
+        self.inflight_limit = inflight_limit
+        self._records: dict[int, _Record] = {}
+        #: Offsets archived because they reached the delivery limit, for dead-lettering.
+        self.exhausted: list[int] = []
+
+    # -- transitions -------------------------------------------------------------------------
+
+    def expire(self, now_ms: int) -> tuple[OffsetRange, ...]:
+        """Locks that elapsed by ``now_ms`` end their delivery attempt; return them."""
+        expired = [o for o, r in self._records.items()
+                   if r.state is RecordState.ACQUIRED and r.lock_expiry_ms is not None
+                   and r.lock_expiry_ms <= now_ms]
+        for offset in expired:
+            self._end_attempt(offset, self._records[offset])
+        self._advance()
+        return ranges_of(expired)
+
+    def acquire(self, owner: Owner, ranges: Iterable[OffsetRange], lock_ms: int,
+                now_ms: int) -> ShareResult:
+        """Acquire the Available records of ``ranges``; the rest of the request is void."""
+        granted: list[int] = []
+        ignored = 0
+        limit = self.spso + self.inflight_limit
+        for offset in offsets_in(ranges):
+            record = self._records.get(offset)
+            available = record is None or record.state is RecordState.AVAILABLE
+            if offset < self.spso or offset >= limit or not available:
+                ignored += 1
+                continue
+            count = (record.delivery_count if record is not None else 0) + 1
+            self._records[offset] = _Record(RecordState.ACQUIRED, count, owner, now_ms + lock_ms)
+            self.speo = max(self.speo, offset + 1)
+            granted.append(offset)
+        return ShareResult(ranges_of(granted), ignored)
+
+    def acknowledge(self, owner: Owner, ranges: Iterable[OffsetRange], kind: str,
+                    now_ms: int) -> ShareResult:
+        """Accept, release or reject records ``owner`` holds under a live lock."""
+        done: list[int] = []
+        archived: list[int] = []
+        ignored = 0
+        for offset in offsets_in(ranges):
+            record = self._held(owner, offset, now_ms)
+            if record is None:
+                ignored += 1
+                continue
+            done.append(offset)
+            if kind == "accept":
+                self._records[offset] = _Record(RecordState.ACKNOWLEDGED, record.delivery_count)
+            elif kind == "reject":
+                self._records[offset] = _Record(RecordState.ARCHIVED, record.delivery_count)
+                archived.append(offset)
+            elif self._end_attempt(offset, record):
+                archived.append(offset)
+        self._advance()
+        return ShareResult(ranges_of(done), ignored, ranges_of(archived))
+
+    def renew(self, owner: Owner, ranges: Iterable[OffsetRange], lock_ms: int,
+              now_ms: int) -> ShareResult:
+        """Extend ``owner``'s live locks on ``ranges`` to ``now_ms + lock_ms``."""
+        renewed: list[int] = []
+        ignored = 0
+        for offset in offsets_in(ranges):
+            record = self._held(owner, offset, now_ms)
+            if record is None:
+                ignored += 1
+                continue
+            record.lock_expiry_ms = now_ms + lock_ms
+            renewed.append(offset)
+        return ShareResult(ranges_of(renewed), ignored)
+
+    def _held(self, owner: Owner, offset: int, now_ms: int) -> _Record | None:
+        record = self._records.get(offset)
+        if (record is None or record.state is not RecordState.ACQUIRED
+                or record.holder != owner or record.lock_expiry_ms is None
+                or record.lock_expiry_ms <= now_ms):
+            return None
+        return record
+
+    def _end_attempt(self, offset: int, record: _Record) -> bool:
+        """Release or lock expiry: Available again, or Archived at the limit (True)."""
+        if record.delivery_count >= self.delivery_limit:
+            self._records[offset] = _Record(RecordState.ARCHIVED, record.delivery_count)
+            self.exhausted.append(offset)
+            return True
+        self._records[offset] = _Record(RecordState.AVAILABLE, record.delivery_count)
+        return False
+
+    def _advance(self) -> None:
+        while self.spso < self.speo:
+            record = self._records.get(self.spso)
+            if record is None or record.state not in (RecordState.ACKNOWLEDGED,
+                                                      RecordState.ARCHIVED):
+                break
+            del self._records[self.spso]
+            self.spso += 1
+
+    # -- views -------------------------------------------------------------------------------
+
+    def in_flight(self, now_ms: int | None = None) -> list[InFlightRecord]:
+        """Every record in [SPSO, SPEO), in offset order; with ``now_ms``, locks elapsed by
+        then are shown as they will be once the next record applies them."""
+        out = []
+        for offset in range(self.spso, self.speo):
+            record = self._records.get(offset) or _Record(RecordState.AVAILABLE, 0)
+            state, count, holder, expiry = (record.state, record.delivery_count,
+                                            record.holder, record.lock_expiry_ms)
+            if (now_ms is not None and state is RecordState.ACQUIRED and expiry is not None
+                    and expiry <= now_ms):
+                state = (RecordState.ARCHIVED if count >= self.delivery_limit
+                         else RecordState.AVAILABLE)
+                holder, expiry = None, None
+            out.append(InFlightRecord(offset, state, count, holder, expiry))
+        return out
+
+    def record(self, offset: int) -> InFlightRecord:
+        """One record's state (Archived below the SPSO, Available from the SPEO on)."""
+        if offset < self.spso:
+            return InFlightRecord(offset, RecordState.ARCHIVED, 0, None, None)
+        record = self._records.get(offset) or _Record(RecordState.AVAILABLE, 0)
+        return InFlightRecord(offset, record.state, record.delivery_count, record.holder,
+                              record.lock_expiry_ms)
+
+    def counts(self, now_ms: int | None = None) -> dict[RecordState, int]:
+        """How many in-flight records are in each state."""
+        counts = dict.fromkeys(RecordState, 0)
+        for record in self.in_flight(now_ms):
+            counts[record.state] += 1
+        return counts

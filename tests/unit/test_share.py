@@ -1,0 +1,153 @@
+"""Share-partition state: KIP-932's worked example step by step, and each transition."""
+
+from __future__ import annotations
+
+from marshal_py.world import Verdict
+from marshal_py.world.share import RecordState
+from tests.support import T0, Scenario
+
+AV, AQ, ACK, ARC = (RecordState.AVAILABLE, RecordState.ACQUIRED, RecordState.ACKNOWLEDGED,
+                    RecordState.ARCHIVED)
+S = 1_000  # one second in ms
+
+
+Records = dict[int, tuple[RecordState, int]]
+
+
+def state(s: Scenario, now: int | None = None) -> tuple[int, int, Records]:
+    share = s.replay().share_partition("g", "t", 0)
+    assert share is not None
+    records = {r.offset: (r.state, r.delivery_count)
+               for r in share.in_flight(None if now is None else T0 + now)}
+    return share.spso, share.speo, records
+
+
+def many(first: int, last: int, st: RecordState, count: int) -> dict[int, tuple[RecordState, int]]:
+    return {o: (st, count) for o in range(first, last + 1)}
+
+
+def test_the_kip_932_worked_example_step_by_step() -> None:
+    s = Scenario()
+    s.share_init("a", 0, start=100)
+    assert state(s) == (100, 100, {})
+    # In the batched case with successful processing, one state change per batch.
+    s.acquire("a", 1 * S, "100-109")
+    assert state(s) == (100, 110, many(100, 109, AQ, 1))
+    s.ack("a", 2 * S, "100-109")
+    assert state(s) == (110, 110, {})
+    # A messier sequence of release and acknowledge.
+    s.acquire("a", 3 * S, "110-119")  # locks until 33 s
+    assert state(s) == (110, 120, many(110, 119, AQ, 1))
+    s.ack("a", 4 * S, "110", "release")
+    assert state(s) == (110, 120, {110: (AV, 1), **many(111, 119, AQ, 1)})
+    s.ack("a", 5 * S, "119")
+    assert state(s) == (110, 120, {110: (AV, 1), **many(111, 118, AQ, 1), 119: (ACK, 1)})
+    s.acquire("a", 6 * S, "110,120")
+    assert state(s) == (110, 121, {110: (AQ, 2), **many(111, 118, AQ, 1), 119: (ACK, 1),
+                                   120: (AQ, 1)})
+    # The lock of 111 and 112 elapses (the holder renewed only 113-118 and, via the fetch,
+    # 110 and 120 are younger).
+    s.renew("a", 20 * S, "113-118")
+    s.renew("a", 20 * S + 1, "110,120")
+    assert state(s, now=33 * S) == (110, 121, {110: (AQ, 2), 111: (AV, 1), 112: (AV, 1),
+                                               **many(113, 118, AQ, 1), 119: (ACK, 1),
+                                               120: (AQ, 1)})
+    s.ack("a", 34 * S, "113-118")
+    assert state(s) == (110, 121, {110: (AQ, 2), 111: (AV, 1), 112: (AV, 1),
+                                   **many(113, 119, ACK, 1), 120: (AQ, 1)})
+    s.acquire("a", 35 * S, "111-112")
+    assert state(s) == (110, 121, {**many(110, 112, AQ, 2), **many(113, 119, ACK, 1),
+                                   120: (AQ, 1)})
+    s.ack("a", 36 * S, "110")
+    assert state(s) == (111, 121, {**many(111, 112, AQ, 2), **many(113, 119, ACK, 1),
+                                   120: (AQ, 1)})
+    s.ack("a", 37 * S, "111-112")
+    assert state(s) == (120, 121, {120: (AQ, 1)})
+
+
+def test_the_earliest_acquisition_wins_and_later_overlaps_are_void() -> None:
+    s = Scenario()
+    s.share_init("a", 0, start=0)
+    s.acquire("a", 1, "0-9")
+    s.acquire("b", 2, "5-14")
+    r = s.replay()
+    share = r.share_partition("g", "t", 0)
+    assert share is not None
+    holders = {rec.offset: rec.holder.client_id for rec in share.in_flight() if rec.holder}
+    assert holders == {**dict.fromkeys(range(0, 10), "a"), **dict.fromkeys(range(10, 15), "b")}
+    assert r.share_ignored_offsets == 5
+
+
+def test_acks_from_a_non_holder_or_after_the_lock_are_ignored_and_counted() -> None:
+    s = Scenario()
+    s.share_init("a", 0, start=0)
+    s.acquire("a", 1, "0-4", lock_ms=1_000)
+    s.ack("b", 2, "0-4")  # not the holder
+    s.ack("a", 1 + 1_000, "0-4")  # exactly when the lock elapses: too late
+    r = s.replay()
+    assert r.counters[Verdict.SHARE_IGNORED] == 2
+    assert r.share_ignored_offsets == 10
+    share = r.share_partition("g", "t", 0)
+    assert share is not None
+    assert [x.state for x in share.in_flight()] == [AV] * 5
+
+
+def test_release_at_the_delivery_limit_archives_and_reject_archives_at_once() -> None:
+    s = Scenario()
+    s.share_init("a", 0, start=0, delivery_limit=2)
+    s.acquire("a", 1, "0-1")
+    s.ack("a", 2, "0", "release")
+    s.ack("a", 3, "1", "reject")
+    assert state(s) == (0, 2, {0: (AV, 1), 1: (ARC, 1)})  # the SPSO waits for 0
+    s.acquire("a", 4, "0")
+    s.ack("a", 5, "0", "release")  # second delivery, limit 2: archived
+    spso, speo, records = state(s)
+    assert (spso, speo, records) == (2, 2, {})
+    share = s.replay().share_partition("g", "t", 0)
+    assert share is not None and share.exhausted == [0]
+
+
+def test_lock_expiry_at_the_limit_archives() -> None:
+    s = Scenario()
+    s.share_init("a", 0, start=0, delivery_limit=2)
+    s.acquire("a", 0, "0", lock_ms=1_000)
+    s.acquire("b", 1_000, "0", lock_ms=1_000)  # a's lock elapsed: b gets it, count 2
+    assert state(s) == (0, 1, {0: (AQ, 2)})
+    s.acquire("c", 2_000, "5", lock_ms=1_000)  # any later record applies b's expiry
+    spso, _, records = state(s)
+    assert spso == 1 and records[5] == (AQ, 1)
+
+
+def test_the_inflight_limit_voids_acquisitions_beyond_it() -> None:
+    s = Scenario()
+    s.share_init("a", 0, start=10, inflight_limit=5)
+    s.acquire("a", 1, "10-20")
+    assert state(s) == (10, 15, many(10, 14, AQ, 1))
+
+
+def test_renewal_extends_only_the_holders_live_locks() -> None:
+    s = Scenario()
+    s.share_init("a", 0, start=0)
+    s.acquire("a", 0, "0-1", lock_ms=1_000)
+    s.renew("a", 900, "0", lock_ms=1_000)
+    s.renew("b", 950, "1", lock_ms=1_000)
+    assert state(s, now=1_500) == (0, 2, {0: (AQ, 1), 1: (AV, 1)})
+
+
+def test_initialization_happens_once_and_share_messages_need_it() -> None:
+    s = Scenario()
+    s.acquire("a", 0, "0-1")
+    s.share_init("a", 1, start=50)
+    s.share_init("b", 2, start=0)
+    r = s.replay()
+    share = r.share_partition("g", "t", 0)
+    assert share is not None and share.spso == 50
+    assert r.counters[Verdict.SHARE_IGNORED] == 2
+    assert r.counters[Verdict.SHARE_INITIALIZED] == 1
+
+
+def test_share_activity_is_a_sign_of_life() -> None:
+    s = Scenario()
+    s.share_init("a", 0, start=0)
+    s.acquire("b", 1, "0")
+    assert [m.client_id for m in s.replay().members("g", "t", T0 + 1)] == ["b"]
