@@ -119,3 +119,37 @@ def test_member_heartbeat_is_a_version_2_extension() -> None:
     with pytest.raises(DecodeError) as info:
         decode(b"MemberHeartbeat/1/1700000000/ab12cd34/worker-1/team.job/events/1/-1")
     assert info.value.kind is DecodeErrorKind.UNKNOWN_VERSION
+
+
+def test_share_message_vectors_and_validation() -> None:
+    from marshal_py.protocol import (
+        AcknowledgingRecords,
+        AcquiringRecords,
+        InitializingSharePartition,
+        RenewingLocks,
+    )
+
+    base = (0, "ab12cd34", "w1", "jobs.g", "jobs", 0)
+    vectors = [
+        (InitializingSharePartition(*base, 100, 5, 2000),
+         b"InitializingSharePartition/2/0/ab12cd34/w1/jobs.g/jobs/0/100/5/2000"),
+        (AcquiringRecords(*base, "100-109,111", 30000),
+         b"AcquiringRecords/2/0/ab12cd34/w1/jobs.g/jobs/0/100-109,111/30000"),
+        (AcknowledgingRecords(*base, "100-104", "accept"),
+         b"AcknowledgingRecords/2/0/ab12cd34/w1/jobs.g/jobs/0/100-104/accept"),
+        (RenewingLocks(*base, "105-109", 30000),
+         b"RenewingLocks/2/0/ab12cd34/w1/jobs.g/jobs/0/105-109/30000"),
+    ]
+    for message, wire in vectors:
+        assert encode(message) == wire
+        assert decode(wire) == message
+    prefix = b"AcquiringRecords/2/0/ab12cd34/w1/jobs.g/jobs/0/"
+    for bad in (b"109-100/30000", b"1-5,3/30000", b"/30000", b"01/30000", b"1/999",
+                b"1/3600001"):
+        with pytest.raises(DecodeError) as info:
+            decode(prefix + bad)
+        assert info.value.kind is DecodeErrorKind.MALFORMED
+    with pytest.raises(ValueError):
+        encode(AcknowledgingRecords(*base, "1-2", "maybe"))
+    with pytest.raises(DecodeError):
+        decode(b"InitializingSharePartition/2/0/a/b/c/d/0/0/11/10")  # limit outside 2..10
