@@ -1,0 +1,294 @@
+"""ShareEngine: one member of a share group, single-threaded and steppable.
+
+Every member consumes every partition of its topics: it acquires ranges of records under
+time-limited locks (``AcquiringRecords``), hands them out, and acknowledges them
+(``AcknowledgingRecords``: accept, release, reject). The rationalizer decides who got what.
+Like :class:`~marshal_py.client.engine.MemberEngine`, it never starts a thread and never reads
+a clock or a random source of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from marshal_py.client.engine import EngineClock, OffsetReset, PartitionSource
+from marshal_py.errors import ConfigurationError, MarshalError
+from marshal_py.log.base import CoordinationLog
+from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up, seek_to_window
+from marshal_py.protocol import (
+    AcknowledgingRecords,
+    AcquiringRecords,
+    InitializingSharePartition,
+    MemberHeartbeat,
+    Message,
+    RenewingLocks,
+    coordination_partition,
+    encode,
+    format_ranges,
+    ranges_of,
+)
+from marshal_py.protocol.messages import (
+    ACK_KINDS,
+    DEFAULT_DELIVERY_LIMIT,
+    DEFAULT_INFLIGHT_LIMIT,
+    DEFAULT_LOCK_MS,
+    MAX_DELIVERY_LIMIT,
+    MAX_LOCK_MS,
+    MIN_DELIVERY_LIMIT,
+    MIN_LOCK_MS,
+)
+from marshal_py.world import Owner, Rationalizer
+from marshal_py.world.share import RecordState
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class ShareConfig:
+    """Settings of one share-group member. Times in milliseconds."""
+
+    group_id: str
+    client_id: str
+    instance_id: str
+    topics: tuple[str, ...]
+    heartbeat_interval_ms: int = 10_000
+    lock_ms: int = DEFAULT_LOCK_MS
+    delivery_limit: int = DEFAULT_DELIVERY_LIMIT
+    inflight_limit: int = DEFAULT_INFLIGHT_LIMIT
+    offset_reset: OffsetReset = "latest"
+    batch_size: int = 500
+    replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS
+
+    def __post_init__(self) -> None:
+        if not self.group_id or not self.client_id:
+            raise ConfigurationError("group_id and client_id must not be empty")
+        if not self.topics or any(not t for t in self.topics):
+            raise ConfigurationError("give at least one topic to consume, none empty")
+        if not MIN_LOCK_MS <= self.lock_ms <= MAX_LOCK_MS:
+            raise ConfigurationError("lock duration must be between 1 s and 1 h")
+        if not MIN_DELIVERY_LIMIT <= self.delivery_limit <= MAX_DELIVERY_LIMIT:
+            raise ConfigurationError("delivery attempt limit must be between 2 and 10")
+        if self.inflight_limit < 1:
+            raise ConfigurationError("in-flight limit must be >= 1")
+        if self.batch_size < 1:
+            raise ConfigurationError("batch size must be >= 1")
+        if self.offset_reset not in ("latest", "earliest"):
+            raise ConfigurationError("offset_reset must be 'latest' or 'earliest'")
+
+
+@dataclass
+class ShareStats:
+    """Counters a caller can show or assert on."""
+
+    acquisitions: int = 0
+    records_acquired: int = 0
+    records_void: int = 0
+    acks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(sorted(ACK_KINDS), 0))
+    renewals: int = 0
+    coordination_records: int = 0
+
+
+class ShareEngine:
+    """One member of a share group. Not thread-safe: the caller serializes calls."""
+
+    def __init__(self, config: ShareConfig, log_: CoordinationLog, rationalizer: Rationalizer,
+                 source: PartitionSource, clock: EngineClock, rng: random.Random) -> None:
+        self.config = config
+        self.log = log_
+        self.rationalizer = rationalizer
+        self.source = source
+        self.clock = clock
+        self.rng = rng
+        self.me = Owner(config.instance_id, config.client_id)
+        #: Records this member acquired and has not acknowledged: tp -> offset -> delivery count
+        self.held: dict[TP, dict[int, int]] = defaultdict(dict)
+        self._lock_expiry: dict[TP, dict[int, int]] = defaultdict(dict)
+        self._pending: dict[tuple[TP, str], list[int]] = defaultdict(list)
+        self._coordination_partitions: dict[str, int] = {}
+        self._next_member_heartbeat_ms = 0
+        self.stats = ShareStats()
+        self._closed = False
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Replay the coordination log, announce this member, initialize share-partitions."""
+        count = self.log.partition_count()
+        self._coordination_partitions = {
+            t: coordination_partition(t, count) for t in self.config.topics
+        }
+        partitions = sorted(set(self._coordination_partitions.values()))
+        if self.rationalizer.next_position(partitions[0]) == 0:
+            seek_to_window(self.log, self.rationalizer, partitions, self.clock.now_ms(),
+                           self.config.replay_window_ms)
+        self._catch_up()
+        self.tick()
+
+    def close(self) -> None:
+        """Acknowledge what is pending, release what is held but unacknowledged, leave."""
+        if self._closed:
+            return
+        try:
+            for tp, offsets in list(self.held.items()):
+                for offset in offsets:
+                    self._pending[(tp, "release")].append(offset)
+            self.flush()
+            for topic in self.config.topics:
+                self._append(self._member_heartbeat(topic, active=False))
+        except MarshalError as exc:
+            log.warning("could not release share records on close: %s", exc)
+        finally:
+            self._closed = True
+
+    def tick(self) -> None:
+        """Catch up, announce membership, initialize new share-partitions, renew locks."""
+        if self._closed:
+            return
+        self._catch_up()
+        now = self.clock.now_ms()
+        if now >= self._next_member_heartbeat_ms:
+            for topic in self.config.topics:
+                self._append(self._member_heartbeat(topic, active=True))
+            hi = self.config.heartbeat_interval_ms
+            self._next_member_heartbeat_ms = now + int(hi * self.rng.uniform(0.6, 0.8))
+        for topic in self.config.topics:
+            count = self.source.partition_count(topic) or 0
+            for partition in range(count):
+                if self.rationalizer.share_partition(self.config.group_id, topic,
+                                                     partition) is None:
+                    self._initialize(topic, partition)
+        self._renew_due(now)
+        self.flush()
+
+    def _initialize(self, topic: str, partition: int) -> None:
+        beginning, end = self.source.offset_bounds(topic, partition)
+        start = end if self.config.offset_reset == "latest" else beginning
+        self._append(InitializingSharePartition(
+            self.clock.now_ms() // 1000, self.me.instance_id, self.me.client_id,
+            self.config.group_id, topic, partition, start, self.config.delivery_limit,
+            self.config.inflight_limit))
+        self._catch_up()
+
+    # -- acquiring -----------------------------------------------------------------------------
+
+    def acquire(self, topic: str, partition: int, max_records: int | None = None
+                ) -> list[tuple[int, int]]:
+        """Acquire up to ``max_records`` records of a partition; return (offset, delivery
+        count) of those granted, in offset order. Available redeliveries come first, then new
+        records up to the partition's end; members start new ranges at different places."""
+        share = self.rationalizer.share_partition(self.config.group_id, topic, partition)
+        if share is None or self._closed:
+            return []
+        wanted = max_records or self.config.batch_size
+        now = self.clock.now_ms()
+        _, end = self.source.offset_bounds(topic, partition)
+        limit = min(end, share.spso + share.inflight_limit)
+        mine = self.held.get((topic, partition), {})
+        candidates = [r.offset for r in share.in_flight(now)
+                      if r.state is RecordState.AVAILABLE and r.offset < limit
+                      and r.offset not in mine][:wanted]
+        if len(candidates) < wanted and share.speo < limit:
+            # New records: member i of M starts i batches past the SPEO, so that members
+            # joining the race for new records mostly ask for different ones.
+            members = sorted(set(self.rationalizer.members(self.config.group_id, topic, now))
+                             | {self.me}, key=lambda o: (o.client_id, o.instance_id))
+            room = wanted - len(candidates)
+            first = share.speo + members.index(self.me) * room
+            if first >= limit:
+                first = share.speo
+            candidates += range(first, min(first + room, limit))
+        if not candidates:
+            return []
+        message = AcquiringRecords(now // 1000, self.me.instance_id, self.me.client_id,
+                                   self.config.group_id, topic, partition,
+                                   format_ranges(ranges_of(candidates)), self.config.lock_ms)
+        self._append(message)
+        self.stats.acquisitions += 1
+        self._catch_up()  # read back: the log decided which of them are ours
+        granted = []
+        expiries = self._lock_expiry[(topic, partition)]
+        wanted_set = set(candidates)
+        for record in self.rationalizer.acquired_by(self.me, self.config.group_id, topic,
+                                                    partition, self.clock.now_ms()):
+            if record.offset in wanted_set and record.offset not in mine:
+                self.held[(topic, partition)][record.offset] = record.delivery_count
+                assert record.lock_expiry_ms is not None
+                expiries[record.offset] = record.lock_expiry_ms
+                granted.append((record.offset, record.delivery_count))
+        self.stats.records_acquired += len(granted)
+        self.stats.records_void += len(candidates) - len(granted)
+        return sorted(granted)
+
+    def holds(self, topic: str, partition: int, offset: int) -> bool:
+        """May this record be handed out now (acquired by us, lock not elapsed)?"""
+        expiry = self._lock_expiry.get((topic, partition), {}).get(offset)
+        return (offset in self.held.get((topic, partition), {}) and expiry is not None
+                and self.clock.now_ms() < expiry)
+
+    # -- acknowledging -------------------------------------------------------------------------
+
+    def ack(self, topic: str, partition: int, offset: int, kind: str = "accept") -> bool:
+        """Queue an acknowledgement (written by :meth:`flush`); False if not held."""
+        if kind not in ACK_KINDS:
+            raise ConfigurationError(f"acknowledgement kind must be one of "
+                                     f"{', '.join(sorted(ACK_KINDS))}, not {kind!r}")
+        held = self.held.get((topic, partition), {})
+        if offset not in held:
+            return False
+        del held[offset]
+        self._lock_expiry[(topic, partition)].pop(offset, None)
+        self._pending[((topic, partition), kind)].append(offset)
+        return True
+
+    def flush(self) -> None:
+        """Write queued acknowledgements, one record per partition and kind."""
+        pending, self._pending = self._pending, defaultdict(list)
+        for ((topic, partition), kind), offsets in sorted(pending.items()):
+            if not offsets:
+                continue
+            self._append(AcknowledgingRecords(
+                self.clock.now_ms() // 1000, self.me.instance_id, self.me.client_id,
+                self.config.group_id, topic, partition, format_ranges(ranges_of(offsets)),
+                kind))
+            self.stats.acks[kind] += len(offsets)
+
+    def _renew_due(self, now: int) -> None:
+        for (topic, partition), expiries in list(self._lock_expiry.items()):
+            due = [o for o, expiry in expiries.items()
+                   if now < expiry and expiry - now < self.config.lock_ms // 2]
+            for offset in [o for o, expiry in expiries.items() if expiry <= now]:
+                del expiries[offset]  # elapsed: no longer ours
+                self.held[(topic, partition)].pop(offset, None)
+            if not due:
+                continue
+            self._append(RenewingLocks(now // 1000, self.me.instance_id, self.me.client_id,
+                                       self.config.group_id, topic, partition,
+                                       format_ranges(ranges_of(due)), self.config.lock_ms))
+            self.stats.renewals += 1
+            self._catch_up()
+            for record in self.rationalizer.acquired_by(self.me, self.config.group_id, topic,
+                                                        partition, self.clock.now_ms()):
+                if record.offset in expiries and record.lock_expiry_ms is not None:
+                    expiries[record.offset] = record.lock_expiry_ms
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _catch_up(self) -> None:
+        catch_up(self.log, self.rationalizer, sorted(set(self._coordination_partitions.values())))
+
+    def _member_heartbeat(self, topic: str, *, active: bool) -> Message:
+        return MemberHeartbeat(self.clock.now_ms() // 1000, self.me.instance_id,
+                               self.me.client_id, self.config.group_id, topic, int(active))
+
+    def _append(self, message: Message) -> int:
+        partition = self._coordination_partitions[message.topic]
+        sent = self.clock.now_ms()
+        record = self.log.append(partition, encode(message))
+        self.clock.observe(record.timestamp_ms, sent, self.clock.now_ms())
+        self.stats.coordination_records += 1
+        return record.timestamp_ms
