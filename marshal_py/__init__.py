@@ -4,7 +4,7 @@ Consumers write small records to a coordination topic (``__marshal``); every cli
 that log with the same deterministic rationalizer and so reaches the same world state.
 """
 
-from marshal_py.client import Consumer, Marshaler
+from marshal_py.client import Consumer, Marshaler, ShareConsumer, ShareRecord
 from marshal_py.errors import (
     BrokerUnavailableError,
     ClientIdInUseError,
@@ -43,6 +43,8 @@ __all__ = [
     "PartitionKey",
     "Rationalizer",
     "RationalizerConfig",
+    "ShareConsumer",
+    "ShareRecord",
     "TopicNotFoundError",
     "Verdict",
     "__version__",

@@ -12,11 +12,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import click
 
 from marshal_py.admin.world_view import STATE_COLUMNS, load_world, state_rows
+from marshal_py.client.consumer import Consumer
+from marshal_py.client.engine import Balance, Mode, OffsetReset
+from marshal_py.client.share_consumer import ShareConsumer
 from marshal_py.errors import MarshalError
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up, follow, seek_to_window
@@ -319,7 +322,7 @@ def _record_json(record: Any) -> dict[str, object]:
             out[name] = raw.decode("utf-8")
         except UnicodeDecodeError:
             out[f"{name}_b64"] = base64.b64encode(raw).decode("ascii")
-    out["delivery_count"] = 1
+    out["delivery_count"] = getattr(record, "delivery_count", 1)
     return out
 
 
@@ -327,8 +330,9 @@ def _record_json(record: Any) -> dict[str, object]:
 @kafka_options
 @click.option("--group", required=True, help="Consumer group id.")
 @click.option("--topic", "topics", required=True, multiple=True, help="Topic(s) to consume.")
-@click.option("--mode", type=click.Choice(["alo", "amo"]), default="alo", show_default=True,
-              help="at-least-once or at-most-once.")
+@click.option("--mode", type=click.Choice(["alo", "amo", "share"]), default="alo",
+              show_default=True,
+              help="at-least-once, at-most-once, or share (queue semantics, implicit accept).")
 @click.option("--client-id", help="Stable name of this consumer (default: HOST-PID).")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0.01), default=10.0,
               show_default=True, help="Seconds; the same for every member of the group.")
@@ -339,6 +343,12 @@ def _record_json(record: Any) -> dict[str, object]:
 @click.option("--max-claims", type=click.IntRange(min=1), help="Hold at most N partitions.")
 @click.option("--release-lag", type=click.IntRange(min=1),
               help="Hand a partition lagging by more than N records to a less busy member.")
+@click.option("--lock-duration", type=click.FloatRange(min=1, max=3600), default=30.0,
+              show_default=True, help="share: seconds a member holds acquired records.")
+@click.option("--delivery-limit", type=click.IntRange(min=2, max=10), default=5,
+              show_default=True, help="share: delivery attempts before a record is archived.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=100, show_default=True,
+              help="share: records acquired at a time; amo: records confirmed at a time.")
 @click.option("--max-records", type=click.IntRange(min=1),
               help="Stop (commit and release) after N records.")
 @click.option("--print", "print_records", is_flag=True,
@@ -346,7 +356,8 @@ def _record_json(record: Any) -> dict[str, object]:
 def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, group: str,
             topics: tuple[str, ...], mode: str, client_id: str | None,
             heartbeat_interval: float, offset_reset: str, balance: str,
-            max_claims: int | None, release_lag: int | None, max_records: int | None,
+            max_claims: int | None, release_lag: int | None, lock_duration: float,
+            delivery_limit: int, batch_size: int, max_records: int | None,
             print_records: bool) -> None:
     """Consume topics as a member of GROUP until SIGTERM / Ctrl-C, then commit and release."""
     from marshal_py.client.marshaler import Marshaler
@@ -354,40 +365,52 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
     marshaler = Marshaler(bootstrap_servers, group, client_id, heartbeat_interval,
                           coordination_topic=coordination_topic, timeout=timeout)
     try:
-        consumer = marshaler.consumer(list(topics), mode=mode,  # type: ignore[arg-type]
-                                      offset_reset=offset_reset,  # type: ignore[arg-type]
-                                      balance=balance,  # type: ignore[arg-type]
-                                      max_claims=max_claims, release_lag=release_lag)
+        reset = cast(OffsetReset, offset_reset)
+        consumer: Consumer | ShareConsumer
+        if mode == "share":
+            consumer = marshaler.consumer(list(topics), "share", offset_reset=reset,
+                                          lock_duration=lock_duration,
+                                          delivery_limit=delivery_limit, batch_size=batch_size)
+        else:
+            consumer = marshaler.consumer(list(topics), cast(Mode, mode), offset_reset=reset,
+                                          balance=cast(Balance, balance),
+                                          max_claims=max_claims, release_lag=release_lag,
+                                          amo_batch_size=batch_size)
         click.echo(f"marshal consume: member {marshaler.client_id} "
                    f"(instance {marshaler.instance_id}) of {group} on {', '.join(topics)}",
                    err=True)
-        previous = {sig: signal.signal(sig, lambda signum, frame: consumer.stop())
-                    for sig in (signal.SIGTERM, signal.SIGINT)}
-        count = 0
-        last_report = time.monotonic()
-        try:
-            for record in consumer:
-                if print_records:
-                    sys.stdout.write(json.dumps(_record_json(record)) + "\n")
-                    sys.stdout.flush()
-                consumer.commit(record)
-                count += 1
-                now = time.monotonic()
-                if not print_records and now - last_report >= 5:
-                    last_report = now
-                    held = sorted(f"{tp.topic}/{tp.partition}" for tp in consumer.assignment())
-                    click.echo(f"consumed {count:,} records; holding {', '.join(held)}",
-                               err=True)
-                if max_records is not None and count >= max_records:
-                    break
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            consumer.close()
+        count = _consume_loop(consumer, print_records, max_records)
         click.echo(f"marshal consume: consumed {count:,} records; committed and released",
                    err=True)
     finally:
         marshaler.close()
+
+
+def _consume_loop(consumer: Consumer | ShareConsumer, print_records: bool,
+                  max_records: int | None) -> int:
+    previous = {sig: signal.signal(sig, lambda signum, frame: consumer.stop())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    count = 0
+    last_report = time.monotonic()
+    try:
+        for record in consumer:
+            if print_records:
+                sys.stdout.write(json.dumps(_record_json(record)) + "\n")
+                sys.stdout.flush()
+            if isinstance(consumer, Consumer):
+                consumer.commit(record)
+            count += 1
+            now = time.monotonic()
+            if not print_records and now - last_report >= 5:
+                last_report = now
+                click.echo(f"consumed {count:,} records", err=True)
+            if max_records is not None and count >= max_records:
+                break
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        consumer.close()
+    return count
 
 
 def _register_dev_broker() -> None:

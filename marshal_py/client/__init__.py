@@ -5,6 +5,8 @@ from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine import EngineConfig, MemberEngine
 from marshal_py.client.marshaler import Marshaler, default_client_id
 from marshal_py.client.offsets import CommitTracker
+from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
+from marshal_py.client.share_engine import ShareConfig, ShareEngine
 
 __all__ = [
     "BrokerClock",
@@ -13,5 +15,9 @@ __all__ = [
     "EngineConfig",
     "Marshaler",
     "MemberEngine",
+    "ShareConfig",
+    "ShareConsumer",
+    "ShareEngine",
+    "ShareRecord",
     "default_client_id",
 ]

@@ -8,16 +8,23 @@ import random
 import socket
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
 from marshal_py.client.clock import BrokerClock
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine import Balance, EngineConfig, MemberEngine, Mode, OffsetReset
+from marshal_py.client.share_consumer import AckMode, ShareConsumer
+from marshal_py.client.share_engine import ShareConfig, ShareEngine
 from marshal_py.client.source import KafkaPartitionSource
 from marshal_py.errors import ConfigurationError, TopicNotFoundError
 from marshal_py.identity import new_instance_id
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up
+from marshal_py.protocol.messages import (
+    DEFAULT_DELIVERY_LIMIT,
+    DEFAULT_INFLIGHT_LIMIT,
+    DEFAULT_LOCK_MS,
+)
 from marshal_py.world import Owner, PartitionClaim, Rationalizer, RationalizerConfig
 
 log = logging.getLogger(__name__)
@@ -82,7 +89,7 @@ class Marshaler:
             heartbeat_interval_ms=self._hi_ms,
         ))
         self.clock = BrokerClock()
-        self._consumer: Consumer | None = None
+        self._consumer: Consumer | ShareConsumer | None = None
         self._source: KafkaPartitionSource | None = None
         self._closed = False
 
@@ -95,17 +102,34 @@ class Marshaler:
         """This process as the log knows it."""
         return Owner(self.instance_id, self.client_id)
 
+    @overload
+    def consumer(self, topics: Iterable[str], mode: Literal["share"], *,
+                 offset_reset: OffsetReset = ..., lock_duration: float = ...,
+                 delivery_limit: int = ..., inflight_limit: int = ...,
+                 acknowledgement: AckMode = ..., batch_size: int = ...) -> ShareConsumer: ...
+
+    @overload
+    def consumer(self, topics: Iterable[str], mode: Mode = ..., *,
+                 offset_reset: OffsetReset = ..., balance: Balance = ...,
+                 max_claims: int | None = ..., release_lag: int | None = ...,
+                 amo_batch_size: int = ...) -> Consumer: ...
+
     def consumer(
         self,
         topics: Iterable[str],
-        mode: Mode = "alo",
+        mode: Mode | Literal["share"] = "alo",
         *,
         offset_reset: OffsetReset = "latest",
         balance: Balance = "fair",
         max_claims: int | None = None,
         release_lag: int | None = None,
         amo_batch_size: int = 100,
-    ) -> Consumer:
+        lock_duration: float = DEFAULT_LOCK_MS / 1000,
+        delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
+        inflight_limit: int = DEFAULT_INFLIGHT_LIMIT,
+        acknowledgement: AckMode = "implicit",
+        batch_size: int = 100,
+    ) -> Consumer | ShareConsumer:
         """Join the group on ``topics`` and return the consumer of the partitions it wins.
 
         ``mode``: ``"alo"`` (at-least-once) or ``"amo"`` (at-most-once). ``offset_reset``:
@@ -117,6 +141,12 @@ class Marshaler:
         that holds at least two fewer partitions (useful with ``"greedy"``); never when alone.
         ``amo_batch_size``: at most this many records are confirmed per at-most-once round
         trip (a crash loses at most the rest of one such batch).
+        ``mode="share"`` joins a **share group** (queue semantics, KIP-932): every member
+        consumes every partition, acquiring ``batch_size`` records at a time under locks of
+        ``lock_duration`` seconds (1..3600), delivered at most ``delivery_limit`` times (2..10)
+        with at most ``inflight_limit`` records in flight per partition; see
+        :class:`ShareConsumer` for ``acknowledgement``. A new share group starts at
+        ``offset_reset`` (latest by default).
         One consumer per Marshaler at a time.
         """
         if self._closed:
@@ -127,6 +157,9 @@ class Marshaler:
             raise ConfigurationError("this Marshaler already has an open consumer; close it "
                                      "first or use another Marshaler")
         wanted = tuple(dict.fromkeys(topics))
+        if mode == "share":
+            return self._share_consumer(wanted, offset_reset, lock_duration, delivery_limit,
+                                        inflight_limit, acknowledgement, batch_size)
         config = EngineConfig(
             group_id=self.group_id,
             client_id=self.client_id,
@@ -140,15 +173,7 @@ class Marshaler:
             release_lag=release_lag,
             replay_window_ms=int(self.replay_window * 1000),
         )
-        source = KafkaPartitionSource(self._log_config,
-                                      refresh_s=min(5.0, self.heartbeat_interval))
-        for topic in wanted:
-            if source.partition_count(topic) is None:
-                source.close()
-                raise TopicNotFoundError(
-                    f"topic {topic!r} does not exist on {self._log_config.bootstrap_servers}; "
-                    "create it or check the name"
-                )
+        source = self._open_source(wanted)
         engine = MemberEngine(config, self._log, self.rationalizer, source, self.clock,
                               random.Random())
         with self._lock:
@@ -158,7 +183,40 @@ class Marshaler:
         self._consumer = Consumer(self, engine, wanted, self._log_config, tick, amo_batch_size)
         return self._consumer
 
-    def _consumer_closed(self, consumer: Consumer) -> None:
+    def _open_source(self, topics: tuple[str, ...]) -> KafkaPartitionSource:
+        source = KafkaPartitionSource(self._log_config,
+                                      refresh_s=min(5.0, self.heartbeat_interval))
+        for topic in topics:
+            if source.partition_count(topic) is None:
+                source.close()
+                raise TopicNotFoundError(
+                    f"topic {topic!r} does not exist on {self._log_config.bootstrap_servers}; "
+                    "create it or check the name"
+                )
+        return source
+
+    def _share_consumer(self, topics: tuple[str, ...], offset_reset: OffsetReset,
+                        lock_duration: float, delivery_limit: int, inflight_limit: int,
+                        acknowledgement: AckMode, batch_size: int) -> ShareConsumer:
+        config = ShareConfig(
+            group_id=self.group_id, client_id=self.client_id, instance_id=self.instance_id,
+            topics=topics, heartbeat_interval_ms=self._hi_ms,
+            lock_ms=int(lock_duration * 1000), delivery_limit=delivery_limit,
+            inflight_limit=inflight_limit, offset_reset=offset_reset, batch_size=batch_size,
+            replay_window_ms=int(self.replay_window * 1000),
+        )
+        source = self._open_source(topics)
+        engine = ShareEngine(config, self._log, self.rationalizer, source, self.clock,
+                             random.Random())
+        with self._lock:
+            engine.start()
+        self._source = source
+        tick = max(0.05, min(1.0, self.heartbeat_interval / 5, lock_duration / 10))
+        consumer = ShareConsumer(self, engine, self._log_config, tick, acknowledgement)
+        self._consumer = consumer
+        return consumer
+
+    def _consumer_closed(self, consumer: Consumer | ShareConsumer) -> None:
         if self._consumer is consumer:
             self._consumer = None
             if self._source is not None:

@@ -1,0 +1,250 @@
+"""ShareConsumer: share-group consumption (KIP-932 semantics) through the coordination log.
+
+A background thread drives the :class:`~marshal_py.client.share_engine.ShareEngine`: it
+announces membership, renews locks, writes acknowledgements, and acquires the next range of
+records ahead of time (pre-claiming), so the coordination round trip is hidden while the
+application processes the current batch. The iterating thread fetches the acquired offsets
+with a kafka-python consumer and hands them out, each with its delivery count.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+
+from marshal_py.client.share_engine import ShareEngine
+from marshal_py.errors import BrokerUnavailableError, ConfigurationError, MarshalError
+from marshal_py.log.kafka import KafkaLogConfig
+
+if TYPE_CHECKING:
+    from marshal_py.client.marshaler import Marshaler
+
+log = logging.getLogger(__name__)
+
+AckMode = Literal["implicit", "explicit"]
+TP = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ShareRecord:
+    """A record delivered to a share-group member, with its delivery count (1 the first
+    time, more after a release or an elapsed lock)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    delivery_count: int
+
+
+class ShareConsumer:
+    """Iterate to receive :class:`ShareRecord`\\ s; acknowledge them with :meth:`ack`.
+
+    ``acknowledgement="implicit"`` (default): every record handed out is accepted when the
+    next batch is fetched or the consumer closes. ``"explicit"``: call ``ack(record, kind)``
+    (``"accept"``, ``"release"`` or ``"reject"``) for every record before the next batch;
+    fetching with records unacknowledged raises :class:`~marshal_py.errors.MarshalError`.
+    Records of one partition come in increasing offset order within a batch. Close releases
+    what was acquired and not yet acknowledged, so others get it at once.
+    """
+
+    def __init__(self, marshaler: Marshaler, engine: ShareEngine, kafka: KafkaLogConfig,
+                 tick_interval_s: float, acknowledgement: AckMode = "implicit") -> None:
+        if acknowledgement not in ("implicit", "explicit"):
+            raise ConfigurationError("acknowledgement must be 'implicit' or 'explicit'")
+        self._marshaler = marshaler
+        self._engine = engine
+        self._lock = marshaler._lock
+        self.topics = engine.config.topics
+        self.acknowledgement = acknowledgement
+        self._tick_interval_s = tick_interval_s
+        self._data = KafkaConsumer(group_id=None, enable_auto_commit=False,
+                                   auto_offset_reset="earliest", fetch_max_wait_ms=200,
+                                   **kafka.client_config(KafkaConsumer))
+        self._to_fetch: dict[TP, dict[int, int]] = {}  # acquired, not fetched: offset -> count
+        self._buffer: deque[ShareRecord] = deque()
+        self._unacked: dict[tuple[TP, int], ShareRecord] = {}
+        self._stop = threading.Event()
+        self._closed = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="marshal-share", daemon=True)
+        self._thread.start()
+
+    # -- background: membership, renewals, acknowledgements, pre-claiming -----------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self._lock:
+                    if self._closed:
+                        return
+                    self._engine.tick()
+                    self._preclaim()
+            except MarshalError as exc:
+                log.warning("share coordination step failed (will retry): %s", exc)
+            except Exception as exc:  # report to the iterating thread
+                log.exception("share coordination thread failed")
+                self._error = exc
+                self._stop.set()
+                return
+            self._stop.wait(self._tick_interval_s)
+
+    def _preclaim(self) -> None:
+        """Keep about one batch per partition acquired ahead of the application."""
+        batch = self._engine.config.batch_size
+        for topic in self.topics:
+            count = self._engine.source.partition_count(topic) or 0
+            for partition in range(count):
+                waiting = self._to_fetch.setdefault((topic, partition), {})
+                if len(waiting) < batch // 2 + 1:
+                    for offset, delivery_count in self._engine.acquire(topic, partition, batch):
+                        waiting[offset] = delivery_count
+
+    # -- fetching --------------------------------------------------------------------------------
+
+    def _fetch(self, timeout_s: float) -> None:
+        self._settle_previous_batch()
+        with self._lock:
+            wanted = {tp: min(offsets) for tp, offsets in self._to_fetch.items() if offsets}
+        if not wanted:
+            self._stop.wait(min(timeout_s, 0.05))
+            return
+        assigned = {(tp.topic, tp.partition) for tp in self._data.assignment()}
+        if set(wanted) != assigned:
+            self._data.assign([TopicPartition(*tp) for tp in wanted])
+        for tp, first in wanted.items():
+            position = self._data.position(TopicPartition(*tp)) if tp in assigned else None
+            if position is None or position > first or position < first - 1_000:
+                self._data.seek(TopicPartition(*tp), first)
+        try:
+            polled = self._data.poll(timeout_ms=int(timeout_s * 1000), max_records=1_000)
+        except KafkaError as exc:
+            raise BrokerUnavailableError(f"fetching records failed: {exc}") from exc
+        for tp_obj, records in polled.items():
+            tp = (tp_obj.topic, tp_obj.partition)
+            with self._lock:
+                waiting = self._to_fetch.get(tp, {})
+                if not records:
+                    continue
+                last = records[-1].offset
+                fetched = {r.offset for r in records}
+                for r in records:
+                    count = waiting.pop(r.offset, None)
+                    if count is not None:
+                        self._buffer.append(ShareRecord(r.topic, r.partition, r.offset,
+                                                        r.timestamp, r.key, r.value,
+                                                        list(r.headers or []), count))
+                # Acquired offsets the partition does not have (compaction, transaction
+                # markers) are done: accept them so the SPSO can move on.
+                for offset in [o for o in waiting if o < last and o not in fetched]:
+                    del waiting[offset]
+                    self._engine.ack(tp[0], tp[1], offset, "accept")
+
+    def _settle_previous_batch(self) -> None:
+        if not self._unacked:
+            return
+        if self.acknowledgement == "explicit":
+            raise MarshalError(
+                f"{len(self._unacked)} delivered records are not acknowledged; call "
+                "ack(record, 'accept'|'release'|'reject') for each before fetching more "
+                "(or use acknowledgement='implicit')"
+            )
+        with self._lock:
+            for record in self._unacked.values():
+                self._engine.ack(record.topic, record.partition, record.offset, "accept")
+        self._unacked.clear()
+
+    def _raise_background_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    # -- the public surface ------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[ShareRecord]:
+        return self
+
+    def __next__(self) -> ShareRecord:
+        while True:
+            record = self._next_buffered()
+            if record is not None:
+                return record
+            self._raise_background_error()
+            if self._stop.is_set() or self._closed:
+                raise StopIteration
+            self._fetch(timeout_s=0.2)
+
+    def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[ShareRecord]:
+        """Up to ``max_records`` records (implicit mode accepts the previous batch first)."""
+        self._raise_background_error()
+        if not self._buffer and not self._closed:
+            self._fetch(timeout_s)
+        out: list[ShareRecord] = []
+        while len(out) < max_records:
+            record = self._next_buffered()
+            if record is None:
+                break
+            out.append(record)
+        return out
+
+    def _next_buffered(self) -> ShareRecord | None:
+        while self._buffer:
+            record = self._buffer.popleft()
+            with self._lock:
+                deliverable = self._engine.holds(record.topic, record.partition, record.offset)
+            if deliverable:
+                self._unacked[((record.topic, record.partition), record.offset)] = record
+                return record
+            # The lock elapsed before the record was handed out: someone else may have it.
+        return None
+
+    def ack(self, record: ShareRecord, kind: str = "accept") -> bool:
+        """Acknowledge a delivered record: ``"accept"`` (done), ``"release"`` (deliver it
+        again, to anyone) or ``"reject"`` (unprocessable: archive it). False if its lock had
+        already elapsed (the acknowledgement would be ignored)."""
+        key = ((record.topic, record.partition), record.offset)
+        self._unacked.pop(key, None)
+        with self._lock:
+            return self._engine.ack(record.topic, record.partition, record.offset, kind)
+
+    def stop(self) -> None:
+        """End iteration soon; safe from any thread and from signal handlers."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Accept (implicit mode) what was handed out, release the rest, leave. Idempotent."""
+        if self._closed:
+            return
+        self._stop.set()
+        self._thread.join(timeout=30)
+        with self._lock:
+            self._closed = True
+            try:
+                if self.acknowledgement == "implicit":
+                    for record in self._unacked.values():
+                        self._engine.ack(record.topic, record.partition, record.offset,
+                                         "accept")
+                self._unacked.clear()
+                self._engine.close()
+            finally:
+                try:
+                    self._data.close()
+                except Exception:  # closing must not mask the error that led here
+                    log.debug("error closing the data consumer", exc_info=True)
+                self._marshaler._consumer_closed(self)
+
+    def __enter__(self) -> ShareConsumer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
