@@ -19,7 +19,7 @@ import click
 from marshal_py.admin.world_view import STATE_COLUMNS, load_world, state_rows
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine import Balance, Mode, OffsetReset
-from marshal_py.client.share_consumer import ShareConsumer
+from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
 from marshal_py.errors import MarshalError
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up, follow, seek_to_window
@@ -347,6 +347,10 @@ def _record_json(record: Any) -> dict[str, object]:
               show_default=True, help="share: seconds a member holds acquired records.")
 @click.option("--delivery-limit", type=click.IntRange(min=2, max=10), default=5,
               show_default=True, help="share: delivery attempts before a record is archived.")
+@click.option("--dead-letter-topic",
+              help="share: copy records archived at the delivery limit to this topic.")
+@click.option("--release-offsets", default="",
+              help="share (testing): comma-separated offsets this member always releases.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=100, show_default=True,
               help="share: records acquired at a time; amo: records confirmed at a time.")
 @click.option("--max-records", type=click.IntRange(min=1),
@@ -357,8 +361,8 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
             topics: tuple[str, ...], mode: str, client_id: str | None,
             heartbeat_interval: float, offset_reset: str, balance: str,
             max_claims: int | None, release_lag: int | None, lock_duration: float,
-            delivery_limit: int, batch_size: int, max_records: int | None,
-            print_records: bool) -> None:
+            delivery_limit: int, dead_letter_topic: str | None, release_offsets: str,
+            batch_size: int, max_records: int | None, print_records: bool) -> None:
     """Consume topics as a member of GROUP until SIGTERM / Ctrl-C, then commit and release."""
     from marshal_py.client.marshaler import Marshaler
 
@@ -370,7 +374,9 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
         if mode == "share":
             consumer = marshaler.consumer(list(topics), "share", offset_reset=reset,
                                           lock_duration=lock_duration,
-                                          delivery_limit=delivery_limit, batch_size=batch_size)
+                                          delivery_limit=delivery_limit, batch_size=batch_size,
+                                          dead_letter_topic=dead_letter_topic,
+                                          acknowledgement="explicit")
         else:
             consumer = marshaler.consumer(list(topics), cast(Mode, mode), offset_reset=reset,
                                           balance=cast(Balance, balance),
@@ -379,7 +385,12 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
         click.echo(f"marshal consume: member {marshaler.client_id} "
                    f"(instance {marshaler.instance_id}) of {group} on {', '.join(topics)}",
                    err=True)
-        count = _consume_loop(consumer, print_records, max_records)
+        try:
+            poison = {int(o) for o in release_offsets.split(",") if o.strip()}
+        except ValueError as exc:
+            raise click.BadParameter("give offsets like 5,17", param_hint="--release-offsets") \
+                from exc
+        count = _consume_loop(consumer, print_records, max_records, poison)
         click.echo(f"marshal consume: consumed {count:,} records; committed and released",
                    err=True)
     finally:
@@ -387,7 +398,7 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
 
 
 def _consume_loop(consumer: Consumer | ShareConsumer, print_records: bool,
-                  max_records: int | None) -> int:
+                  max_records: int | None, poison: set[int]) -> int:
     previous = {sig: signal.signal(sig, lambda signum, frame: consumer.stop())
                 for sig in (signal.SIGTERM, signal.SIGINT)}
     count = 0
@@ -399,6 +410,8 @@ def _consume_loop(consumer: Consumer | ShareConsumer, print_records: bool,
                 sys.stdout.flush()
             if isinstance(consumer, Consumer):
                 consumer.commit(record)
+            elif isinstance(record, ShareRecord):
+                consumer.ack(record, "release" if record.offset in poison else "accept")
             count += 1
             now = time.monotonic()
             if not print_records and now - last_report >= 5:

@@ -106,7 +106,8 @@ class Marshaler:
     def consumer(self, topics: Iterable[str], mode: Literal["share"], *,
                  offset_reset: OffsetReset = ..., lock_duration: float = ...,
                  delivery_limit: int = ..., inflight_limit: int = ...,
-                 acknowledgement: AckMode = ..., batch_size: int = ...) -> ShareConsumer: ...
+                 acknowledgement: AckMode = ..., batch_size: int = ...,
+                 dead_letter_topic: str | None = ...) -> ShareConsumer: ...
 
     @overload
     def consumer(self, topics: Iterable[str], mode: Mode = ..., *,
@@ -129,6 +130,7 @@ class Marshaler:
         inflight_limit: int = DEFAULT_INFLIGHT_LIMIT,
         acknowledgement: AckMode = "implicit",
         batch_size: int = 100,
+        dead_letter_topic: str | None = None,
     ) -> Consumer | ShareConsumer:
         """Join the group on ``topics`` and return the consumer of the partitions it wins.
 
@@ -145,7 +147,8 @@ class Marshaler:
         consumes every partition, acquiring ``batch_size`` records at a time under locks of
         ``lock_duration`` seconds (1..3600), delivered at most ``delivery_limit`` times (2..10)
         with at most ``inflight_limit`` records in flight per partition; see
-        :class:`ShareConsumer` for ``acknowledgement``. A new share group starts at
+        :class:`ShareConsumer` for ``acknowledgement`` and ``dead_letter_topic`` (records
+        archived at the delivery limit are copied there). A new share group starts at
         ``offset_reset`` (latest by default).
         One consumer per Marshaler at a time.
         """
@@ -159,7 +162,8 @@ class Marshaler:
         wanted = tuple(dict.fromkeys(topics))
         if mode == "share":
             return self._share_consumer(wanted, offset_reset, lock_duration, delivery_limit,
-                                        inflight_limit, acknowledgement, batch_size)
+                                        inflight_limit, acknowledgement, batch_size,
+                                        dead_letter_topic)
         config = EngineConfig(
             group_id=self.group_id,
             client_id=self.client_id,
@@ -197,7 +201,8 @@ class Marshaler:
 
     def _share_consumer(self, topics: tuple[str, ...], offset_reset: OffsetReset,
                         lock_duration: float, delivery_limit: int, inflight_limit: int,
-                        acknowledgement: AckMode, batch_size: int) -> ShareConsumer:
+                        acknowledgement: AckMode, batch_size: int,
+                        dead_letter_topic: str | None) -> ShareConsumer:
         config = ShareConfig(
             group_id=self.group_id, client_id=self.client_id, instance_id=self.instance_id,
             topics=topics, heartbeat_interval_ms=self._hi_ms,
@@ -205,14 +210,15 @@ class Marshaler:
             inflight_limit=inflight_limit, offset_reset=offset_reset, batch_size=batch_size,
             replay_window_ms=int(self.replay_window * 1000),
         )
-        source = self._open_source(topics)
+        source = self._open_source(topics + ((dead_letter_topic,) if dead_letter_topic else ()))
         engine = ShareEngine(config, self._log, self.rationalizer, source, self.clock,
                              random.Random())
         with self._lock:
             engine.start()
         self._source = source
         tick = max(0.05, min(1.0, self.heartbeat_interval / 5, lock_duration / 10))
-        consumer = ShareConsumer(self, engine, self._log_config, tick, acknowledgement)
+        consumer = ShareConsumer(self, engine, self._log_config, tick, acknowledgement,
+                                 dead_letter_topic)
         self._consumer = consumer
         return consumer
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
 from marshal_py.client.share_engine import ShareEngine
@@ -56,10 +56,17 @@ class ShareConsumer:
     fetching with records unacknowledged raises :class:`~marshal_py.errors.MarshalError`.
     Records of one partition come in increasing offset order within a batch. Close releases
     what was acquired and not yet acknowledged, so others get it at once.
+
+    With ``dead_letter_topic``, a record that the log archives because it reached the
+    delivery limit while this member held it (released at its last attempt, or its lock
+    elapsed before it was handed out) is first copied there, with headers
+    ``marshal.original.topic``, ``.partition``, ``.offset``, ``marshal.delivery.count`` and
+    ``marshal.reason``. A member that crashes at a record's last attempt copies nothing.
     """
 
     def __init__(self, marshaler: Marshaler, engine: ShareEngine, kafka: KafkaLogConfig,
-                 tick_interval_s: float, acknowledgement: AckMode = "implicit") -> None:
+                 tick_interval_s: float, acknowledgement: AckMode = "implicit",
+                 dead_letter_topic: str | None = None) -> None:
         if acknowledgement not in ("implicit", "explicit"):
             raise ConfigurationError("acknowledgement must be 'implicit' or 'explicit'")
         self._marshaler = marshaler
@@ -71,6 +78,10 @@ class ShareConsumer:
         self._data = KafkaConsumer(group_id=None, enable_auto_commit=False,
                                    auto_offset_reset="earliest", fetch_max_wait_ms=200,
                                    **kafka.client_config(KafkaConsumer))
+        self._kafka = kafka
+        self.dead_letter_topic = dead_letter_topic
+        self._dlq: KafkaProducer | None = None
+        self.dead_lettered = 0
         self._to_fetch: dict[TP, dict[int, int]] = {}  # acquired, not fetched: offset -> count
         self._buffer: deque[ShareRecord] = deque()
         self._unacked: dict[tuple[TP, int], ShareRecord] = {}
@@ -205,8 +216,37 @@ class ShareConsumer:
             if deliverable:
                 self._unacked[((record.topic, record.partition), record.offset)] = record
                 return record
-            # The lock elapsed before the record was handed out: someone else may have it.
+            # The lock elapsed before the record was handed out: someone else may have it,
+            # or, at its last attempt, the log archives it.
+            if record.delivery_count >= self._engine.config.delivery_limit:
+                self._dead_letter(record, "lock-elapsed-at-delivery-limit")
         return None
+
+    def _dead_letter(self, record: ShareRecord, reason: str) -> None:
+        """Copy a record the log archives at the delivery limit to the dead-letter topic."""
+        if self.dead_letter_topic is None:
+            return
+        if self._dlq is None:
+            self._dlq = KafkaProducer(acks="all", enable_idempotence=True,
+                                      **self._kafka.client_config(KafkaProducer))
+        headers = [
+            ("marshal.original.topic", record.topic.encode()),
+            ("marshal.original.partition", str(record.partition).encode()),
+            ("marshal.original.offset", str(record.offset).encode()),
+            ("marshal.delivery.count", str(record.delivery_count).encode()),
+            ("marshal.reason", reason.encode()),
+            *record.headers,
+        ]
+        try:
+            self._dlq.send(self.dead_letter_topic, key=record.key, value=record.value,
+                           headers=headers).get(timeout=self._kafka.timeout_s)
+        except KafkaError as exc:
+            raise BrokerUnavailableError(
+                f"writing to the dead-letter topic {self.dead_letter_topic!r} failed: {exc}"
+            ) from exc
+        self.dead_lettered += 1
+        log.info("dead-lettered %s/%d@%d (%s)", record.topic, record.partition, record.offset,
+                 reason)
 
     def ack(self, record: ShareRecord, kind: str = "accept") -> bool:
         """Acknowledge a delivered record: ``"accept"`` (done), ``"release"`` (deliver it
@@ -214,6 +254,9 @@ class ShareConsumer:
         already elapsed (the acknowledgement would be ignored)."""
         key = ((record.topic, record.partition), record.offset)
         self._unacked.pop(key, None)
+        if kind == "release" and record.delivery_count >= self._engine.config.delivery_limit:
+            # The log will archive it: copy it to the dead-letter topic first.
+            self._dead_letter(record, "delivery-limit")
         with self._lock:
             return self._engine.ack(record.topic, record.partition, record.offset, kind)
 
@@ -237,10 +280,12 @@ class ShareConsumer:
                 self._unacked.clear()
                 self._engine.close()
             finally:
-                try:
-                    self._data.close()
-                except Exception:  # closing must not mask the error that led here
-                    log.debug("error closing the data consumer", exc_info=True)
+                for client in (self._data, self._dlq):
+                    try:
+                        if client is not None:
+                            client.close()
+                    except Exception:  # closing must not mask the error that led here
+                        log.debug("error closing a Kafka client", exc_info=True)
                 self._marshaler._consumer_closed(self)
 
     def __enter__(self) -> ShareConsumer:
