@@ -16,7 +16,15 @@ from typing import Any, NoReturn, cast
 
 import click
 
-from marshal_py.admin.world_view import STATE_COLUMNS, load_world, state_rows
+from marshal_py.admin.world_view import (
+    RECORD_COLUMNS,
+    SHARE_COLUMNS,
+    STATE_COLUMNS,
+    load_world,
+    record_rows,
+    share_rows,
+    state_rows,
+)
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine import Balance, Mode, OffsetReset
 from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
@@ -168,9 +176,13 @@ def main(verbose: int) -> None:
 @click.option("--group", help="Only this consumer group.")
 @click.option("--topic", help="Only this topic (reads only its coordination partition).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of objects.")
+@click.option("--shares", is_flag=True,
+              help="With --json: the share-partitions instead of the claims.")
+@click.option("--records", is_flag=True,
+              help="Show every in-flight record of the share-partitions.")
 def state(bootstrap_servers: str, coordination_topic: str, timeout: float,
           heartbeat_interval: float, replay_window: float, group: str | None,
-          topic: str | None, as_json: bool) -> None:
+          topic: str | None, as_json: bool, shares: bool, records: bool) -> None:
     """Print the rationalized world state: who owns which partition, and what is committed."""
     with _open_log(bootstrap_servers, coordination_topic, timeout) as log:
         view = load_world(
@@ -181,13 +193,29 @@ def state(bootstrap_servers: str, coordination_topic: str, timeout: float,
             progress=_Progress(sys.stderr.isatty()),
         )
     rows = state_rows(view, group=group, topic=topic)
+    share_table = share_rows(view, group=group, topic=topic)
+    record_table = record_rows(view, group=group, topic=topic) if records else []
     if as_json:
-        click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
+        chosen: list[dict[str, object]]
+        if records:
+            chosen = record_table
+        elif shares:
+            chosen = share_table
+        else:
+            chosen = [r.as_dict() for r in rows]
+        click.echo(json.dumps(chosen, indent=2))
         return
-    if not rows:
-        click.echo(f"no claims in {coordination_topic} (replayed {view.applied} records)")
-    else:
+    if rows:
         _print_table(STATE_COLUMNS, [[getattr(r, c) for c in STATE_COLUMNS] for r in rows])
+    if share_table:
+        if rows:
+            click.echo()
+        _print_table(SHARE_COLUMNS, [[r[c] for c in SHARE_COLUMNS] for r in share_table])
+    if record_table:
+        click.echo()
+        _print_table(RECORD_COLUMNS, [[r[c] for c in RECORD_COLUMNS] for r in record_table])
+    if not rows and not share_table:
+        click.echo(f"no claims in {coordination_topic} (replayed {view.applied} records)")
     counters = view.rationalizer
     click.echo(
         f"records replayed: {view.applied}, ignored by the rules: {counters.ignored_count()}, "
@@ -424,6 +452,68 @@ def _consume_loop(consumer: Consumer | ShareConsumer, print_records: bool,
             signal.signal(sig, handler)
         consumer.close()
     return count
+
+
+@main.command("reset-offsets")
+@kafka_options
+@replay_options
+@click.option("--group", required=True, help="The share group.")
+@click.option("--topic", required=True, help="The topic.")
+@click.option("--to-earliest", "to", flag_value="earliest", help="The oldest retained offset.")
+@click.option("--to-latest", "to", flag_value="latest", help="The end of each partition.")
+@click.option("--to-offset", type=click.IntRange(min=0), help="This offset on every partition.")
+@click.option("--to-datetime", help="The first offset at or after this ISO 8601 time.")
+@click.option("--dry-run", is_flag=True, help="Show the plan, change nothing.")
+def reset_offsets(bootstrap_servers: str, coordination_topic: str, timeout: float,
+                  heartbeat_interval: float, replay_window: float, group: str, topic: str,
+                  to: str | None, to_offset: int | None, to_datetime: str | None,
+                  dry_run: bool) -> None:
+    """Move an empty share group's start offset (SPSO), discarding in-flight state."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from marshal_py.admin.reset import reset_share_offsets
+
+    chosen = [x for x in (to, to_offset, to_datetime) if x is not None]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, "
+                               "--to-datetime")
+    when_ms: int | None = None
+    if to_datetime is not None:
+        try:
+            moment = datetime.fromisoformat(to_datetime)
+        except ValueError as exc:
+            raise click.BadParameter(f"{to_datetime!r} is not an ISO 8601 time",
+                                     param_hint="--to-datetime") from exc
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        when_ms = int(moment.timestamp() * 1000)
+    with _open_log(bootstrap_servers, coordination_topic, timeout) as log:
+        data = KafkaConsumer(group_id=None, enable_auto_commit=False,
+                             **log.config.client_config(KafkaConsumer))
+        try:
+            def target(partition: int) -> int:
+                tp = TopicPartition(topic, partition)
+                beginning = int(data.beginning_offsets([tp])[tp])
+                end = int(data.end_offsets([tp])[tp])
+                if to == "earliest":
+                    return beginning
+                if to == "latest":
+                    return end
+                if to_offset is not None:
+                    return min(max(to_offset, beginning), end)
+                assert when_ms is not None
+                found = data.offsets_for_times({tp: when_ms})[tp]
+                return end if found is None else int(found.offset)
+
+            plans = reset_share_offsets(
+                log, group, topic, target,
+                heartbeat_interval_ms=int(heartbeat_interval * 1000),
+                window_ms=int(replay_window * 1000), dry_run=dry_run)
+        finally:
+            data.close()
+    _print_table(("partition", "current_spso", "new_spso", "in_flight_discarded"),
+                 [[p.partition, p.current_spso, p.new_spso, p.in_flight] for p in plans])
+    click.echo("dry run: nothing changed" if dry_run else "reset written to the log", err=True)
 
 
 def _register_dev_broker() -> None:

@@ -15,6 +15,7 @@ from marshal_py.world.rationalizer import (
     Rationalizer,
     RationalizerConfig,
 )
+from marshal_py.world.share import RecordState
 from marshal_py.world.state import PartitionClaim
 
 #: Column order of ``marshal state`` (and the exact keys of its JSON objects).
@@ -116,3 +117,74 @@ def _row(claim: PartitionClaim, now_ms: int) -> StateRow:
         committed_offset=claim.committed_offset,
         amo_claimed_offset=claim.amo_claimed_offset,
     )
+
+
+#: Columns of ``marshal state``'s share-partition table (and keys of ``--shares --json``).
+SHARE_COLUMNS = (
+    "group",
+    "topic",
+    "partition",
+    "spso",
+    "speo",
+    "available",
+    "acquired",
+    "acknowledged",
+    "archived",
+    "oldest_lock_expires_in_s",
+)
+
+#: Columns of ``marshal state --records`` (and its JSON keys).
+RECORD_COLUMNS = (
+    "group",
+    "topic",
+    "partition",
+    "offset",
+    "state",
+    "delivery_count",
+    "client_id",
+    "instance_id",
+    "lock_expires_in_s",
+)
+
+
+def share_rows(view: WorldView, group: str | None = None,
+               topic: str | None = None) -> list[dict[str, object]]:
+    """One row per share-partition: SPSO, SPEO, in-flight records per state, oldest lock."""
+    rows: list[dict[str, object]] = []
+    for key, share in view.rationalizer.share_partitions(group, topic):
+        records = share.in_flight(view.now_ms)
+        counts = {state: 0 for state in RecordState}
+        expiries = []
+        for record in records:
+            counts[record.state] += 1
+            if record.lock_expiry_ms is not None:
+                expiries.append(record.lock_expiry_ms)
+        rows.append({
+            "group": key.group, "topic": key.topic, "partition": key.partition,
+            "spso": share.spso, "speo": share.speo,
+            "available": counts[RecordState.AVAILABLE],
+            "acquired": counts[RecordState.ACQUIRED],
+            "acknowledged": counts[RecordState.ACKNOWLEDGED],
+            "archived": counts[RecordState.ARCHIVED],
+            "oldest_lock_expires_in_s":
+                round((min(expiries) - view.now_ms) / 1000, 3) if expiries else None,
+        })
+    return rows
+
+
+def record_rows(view: WorldView, group: str | None = None,
+                topic: str | None = None) -> list[dict[str, object]]:
+    """One row per in-flight record of every share-partition."""
+    rows: list[dict[str, object]] = []
+    for key, share in view.rationalizer.share_partitions(group, topic):
+        for record in share.in_flight(view.now_ms):
+            rows.append({
+                "group": key.group, "topic": key.topic, "partition": key.partition,
+                "offset": record.offset, "state": record.state.value,
+                "delivery_count": record.delivery_count,
+                "client_id": record.holder.client_id if record.holder else None,
+                "instance_id": record.holder.instance_id if record.holder else None,
+                "lock_expires_in_s": None if record.lock_expiry_ms is None
+                else round((record.lock_expiry_ms - view.now_ms) / 1000, 3),
+            })
+    return rows

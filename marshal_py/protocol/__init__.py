@@ -22,6 +22,7 @@ from marshal_py.protocol.messages import (
     PartitionMessage,
     ReleasingPartition,
     RenewingLocks,
+    ResettingSharePartition,
     ShareMessage,
 )
 from marshal_py.protocol.placement import coordination_partition, key_hash
@@ -42,6 +43,7 @@ __all__ = [
     "PartitionMessage",
     "ReleasingPartition",
     "RenewingLocks",
+    "ResettingSharePartition",
     "ShareMessage",
     "coordination_partition",
     "decode",

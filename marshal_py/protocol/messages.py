@@ -172,10 +172,24 @@ class RenewingLocks(ShareMessage):
             raise ValueError(f"lock_ms {self.lock_ms} outside 1 s..1 h")
 
 
+@dataclass(frozen=True, slots=True)
+class ResettingSharePartition(ShareMessage):
+    """Move an **empty** share group's SPSO to ``start_offset``, discarding in-flight state
+    (ignored while the group has live members)."""
+
+    TYPE: ClassVar[str] = "ResettingSharePartition"
+    start_offset: int
+
+    def validate(self) -> None:
+        if self.start_offset < 0:
+            raise ValueError("start_offset < 0")
+
+
 EXTENSION_MESSAGE_TYPES: tuple[type[Message], ...] = (
     MemberHeartbeat,
     InitializingSharePartition,
     AcquiringRecords,
     AcknowledgingRecords,
     RenewingLocks,
+    ResettingSharePartition,
 )

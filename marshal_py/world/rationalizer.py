@@ -25,6 +25,7 @@ from marshal_py.protocol.messages import (
     PartitionMessage,
     ReleasingPartition,
     RenewingLocks,
+    ResettingSharePartition,
     ShareMessage,
 )
 from marshal_py.protocol.placement import coordination_partition
@@ -52,6 +53,7 @@ class Verdict(enum.Enum):
     RECORDS_ACQUIRED = "records_acquired"
     RECORDS_ACKNOWLEDGED = "records_acknowledged"
     LOCKS_RENEWED = "locks_renewed"
+    SHARE_RESET = "share_reset"
     # Valid messages the rules ignore.
     CLAIM_LOST = "claim_lost"
     NOT_OWNER = "not_owner"
@@ -89,6 +91,7 @@ _APPLIED = frozenset(
         Verdict.RECORDS_ACQUIRED,
         Verdict.RECORDS_ACKNOWLEDGED,
         Verdict.LOCKS_RENEWED,
+        Verdict.SHARE_RESET,
     }
 )
 _SKIPPED = frozenset(
@@ -253,6 +256,12 @@ class Rationalizer:
             return Verdict.SHARE_INITIALIZED, f"SPSO {message.start_offset}"
         if share is None:
             return Verdict.SHARE_IGNORED, "share-partition not initialized"
+        if isinstance(message, ResettingSharePartition):
+            live = self.members(key.group, key.topic, ts)
+            if live:
+                return Verdict.SHARE_IGNORED, f"group has {len(live)} live member(s)"
+            share.reset(message.start_offset)
+            return Verdict.SHARE_RESET, f"SPSO {message.start_offset}"
         share.expire(ts)
         result: ShareResult
         if isinstance(message, AcquiringRecords):

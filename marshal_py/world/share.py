@@ -75,6 +75,11 @@ class SharePartition:
 
     # -- transitions -------------------------------------------------------------------------
 
+    def reset(self, start_offset: int) -> None:
+        """Start over at ``start_offset``: in-flight state and delivery counts are discarded."""
+        self.spso = self.speo = start_offset
+        self._records.clear()
+
     def expire(self, now_ms: int) -> tuple[OffsetRange, ...]:
         """Locks that elapsed by ``now_ms`` end their delivery attempt; return them."""
         expired = [o for o, r in self._records.items()

@@ -151,3 +151,16 @@ def test_share_activity_is_a_sign_of_life() -> None:
     s.share_init("a", 0, start=0)
     s.acquire("b", 1, "0")
     assert [m.client_id for m in s.replay().members("g", "t", T0 + 1)] == ["b"]
+
+
+def test_reset_applies_only_to_an_empty_share_group() -> None:
+    from marshal_py.protocol import ResettingSharePartition
+
+    s = Scenario()
+    s.share_init("a", 0, start=10)
+    s.acquire("a", 1, "10-14")
+    s.write(ResettingSharePartition(0, "i-admin", "admin", "g", "t", 0, 0), at=2)
+    r = s.replay()
+    assert r.counters[Verdict.SHARE_IGNORED] == 1  # a is live (its acquisition)
+    s.write(ResettingSharePartition(0, "i-admin", "admin", "g", "t", 0, 3), at=2 + 2 * 10_000 + 1)
+    assert state(s) == (3, 3, {})
