@@ -459,22 +459,23 @@ def _consume_loop(consumer: Consumer | ShareConsumer, print_records: bool,
 @replay_options
 @click.option("--group", required=True, help="The share group.")
 @click.option("--topic", required=True, help="The topic.")
-@click.option("--to-earliest", "to", flag_value="earliest", help="The oldest retained offset.")
-@click.option("--to-latest", "to", flag_value="latest", help="The end of each partition.")
+@click.option("--to-earliest", is_flag=True, help="The oldest retained offset.")
+@click.option("--to-latest", is_flag=True, help="The end of each partition.")
 @click.option("--to-offset", type=click.IntRange(min=0), help="This offset on every partition.")
 @click.option("--to-datetime", help="The first offset at or after this ISO 8601 time.")
 @click.option("--dry-run", is_flag=True, help="Show the plan, change nothing.")
 def reset_offsets(bootstrap_servers: str, coordination_topic: str, timeout: float,
                   heartbeat_interval: float, replay_window: float, group: str, topic: str,
-                  to: str | None, to_offset: int | None, to_datetime: str | None,
-                  dry_run: bool) -> None:
+                  to_earliest: bool, to_latest: bool, to_offset: int | None,
+                  to_datetime: str | None, dry_run: bool) -> None:
     """Move an empty share group's start offset (SPSO), discarding in-flight state."""
     from kafka import KafkaConsumer, TopicPartition
 
     from marshal_py.admin.reset import reset_share_offsets
 
-    chosen = [x for x in (to, to_offset, to_datetime) if x is not None]
-    if len(chosen) != 1:
+    to = "earliest" if to_earliest else "latest" if to_latest else None
+    chosen = [to_earliest, to_latest, to_offset is not None, to_datetime is not None]
+    if sum(chosen) != 1:
         raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, "
                                "--to-datetime")
     when_ms: int | None = None
