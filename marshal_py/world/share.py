@@ -55,6 +55,23 @@ class ShareResult:
     archived: tuple[OffsetRange, ...] = ()
 
 
+def _clip(ranges: Iterable[OffsetRange], low: int, high: int) -> tuple[list[OffsetRange], int]:
+    """The parts of ``ranges`` inside [low, high), and how many offsets fell outside.
+
+    Work is then bounded by the window, however large a range a record names."""
+    inside: list[OffsetRange] = []
+    outside = 0
+    for first, last in ranges:
+        size = last - first + 1
+        a, b = max(first, low), min(last, high - 1)
+        if a <= b:
+            inside.append((a, b))
+            outside += size - (b - a + 1)
+        else:
+            outside += size
+    return inside, outside
+
+
 class SharePartition:
     """The in-flight state of one share-partition.
 
@@ -94,12 +111,10 @@ class SharePartition:
                 now_ms: int) -> ShareResult:
         """Acquire the Available records of ``ranges``; the rest of the request is void."""
         granted: list[int] = []
-        ignored = 0
-        limit = self.spso + self.inflight_limit
-        for offset in offsets_in(ranges):
+        inside, ignored = _clip(ranges, self.spso, self.spso + self.inflight_limit)
+        for offset in offsets_in(inside):
             record = self._records.get(offset)
-            available = record is None or record.state is RecordState.AVAILABLE
-            if offset < self.spso or offset >= limit or not available:
+            if record is not None and record.state is not RecordState.AVAILABLE:
                 ignored += 1
                 continue
             count = (record.delivery_count if record is not None else 0) + 1
@@ -113,8 +128,8 @@ class SharePartition:
         """Accept, release or reject records ``owner`` holds under a live lock."""
         done: list[int] = []
         archived: list[int] = []
-        ignored = 0
-        for offset in offsets_in(ranges):
+        inside, ignored = _clip(ranges, self.spso, self.speo)
+        for offset in offsets_in(inside):
             record = self._held(owner, offset, now_ms)
             if record is None:
                 ignored += 1
@@ -134,8 +149,8 @@ class SharePartition:
               now_ms: int) -> ShareResult:
         """Extend ``owner``'s live locks on ``ranges`` to ``now_ms + lock_ms``."""
         renewed: list[int] = []
-        ignored = 0
-        for offset in offsets_in(ranges):
+        inside, ignored = _clip(ranges, self.spso, self.speo)
+        for offset in offsets_in(inside):
             record = self._held(owner, offset, now_ms)
             if record is None:
                 ignored += 1
