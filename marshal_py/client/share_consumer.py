@@ -22,6 +22,7 @@ from kafka.errors import KafkaError
 from marshal_py.client.share_engine import ShareEngine
 from marshal_py.errors import BrokerUnavailableError, ConfigurationError, MarshalError
 from marshal_py.log.kafka import KafkaLogConfig
+from marshal_py.protocol.messages import ACK_KINDS
 
 if TYPE_CHECKING:
     from marshal_py.client.marshaler import Marshaler
@@ -133,10 +134,13 @@ class ShareConsumer:
         assigned = {(tp.topic, tp.partition) for tp in self._data.assignment()}
         if set(wanted) != assigned:
             self._data.assign([TopicPartition(*tp) for tp in wanted])
+        starts: dict[TP, int] = {}
         for tp, first in wanted.items():
             position = self._data.position(TopicPartition(*tp)) if tp in assigned else None
             if position is None or position > first or position < first - 1_000:
                 self._data.seek(TopicPartition(*tp), first)
+                position = first
+            starts[tp] = position
         try:
             polled = self._data.poll(timeout_ms=int(timeout_s * 1000), max_records=1_000)
         except KafkaError as exc:
@@ -155,9 +159,12 @@ class ShareConsumer:
                         self._buffer.append(ShareRecord(r.topic, r.partition, r.offset,
                                                         r.timestamp, r.key, r.value,
                                                         list(r.headers or []), count))
-                # Acquired offsets the partition does not have (compaction, transaction
-                # markers) are done: accept them so the SPSO can move on.
-                for offset in [o for o in waiting if o < last and o not in fetched]:
+                # Acquired offsets this poll passed over but the partition does not have
+                # (compaction, transaction markers) are done: accept them so the SPSO moves.
+                # Offsets below where the poll started (redeliveries acquired meanwhile) wait
+                # for the next fetch, which seeks back to them.
+                start = starts.get(tp, last)
+                for offset in [o for o in waiting if start <= o < last and o not in fetched]:
                     del waiting[offset]
                     self._engine.ack(tp[0], tp[1], offset, "accept")
 
@@ -196,8 +203,10 @@ class ShareConsumer:
             self._fetch(timeout_s=0.2)
 
     def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[ShareRecord]:
-        """Up to ``max_records`` records (implicit mode accepts the previous batch first)."""
+        """Up to ``max_records`` records. Implicit mode first accepts what the previous poll
+        handed out; explicit mode first requires it to be acknowledged."""
         self._raise_background_error()
+        self._settle_previous_batch()
         if not self._buffer and not self._closed:
             self._fetch(timeout_s)
         out: list[ShareRecord] = []
@@ -252,6 +261,9 @@ class ShareConsumer:
         """Acknowledge a delivered record: ``"accept"`` (done), ``"release"`` (deliver it
         again, to anyone) or ``"reject"`` (unprocessable: archive it). False if its lock had
         already elapsed (the acknowledgement would be ignored)."""
+        if kind not in ACK_KINDS:
+            raise ConfigurationError(f"acknowledgement kind must be one of "
+                                     f"{', '.join(sorted(ACK_KINDS))}, not {kind!r}")
         key = ((record.topic, record.partition), record.offset)
         self._unacked.pop(key, None)
         if kind == "release" and record.delivery_count >= self._engine.config.delivery_limit:

@@ -167,8 +167,14 @@ def free_port(exclude: frozenset[int] = frozenset()) -> int:
 
 
 def new_cluster_id() -> str:
-    """Return a fresh KRaft cluster id (base64url of 16 random bytes, without padding)."""
-    return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode("ascii")
+    """Return a fresh KRaft cluster id (base64url of 16 random bytes, without padding).
+
+    Never starting with ``-``: the storage tool would read such an id as an option (Kafka's
+    own id generator avoids it the same way)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode("ascii")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _port_is_free(port: int) -> bool:
