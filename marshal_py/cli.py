@@ -375,6 +375,9 @@ def _record_json(record: Any) -> dict[str, object]:
               show_default=True, help="share: seconds a member holds acquired records.")
 @click.option("--delivery-limit", type=click.IntRange(min=2, max=10), default=5,
               show_default=True, help="share: delivery attempts before a record is archived.")
+@click.option("--start-datetime",
+              help="share: a new share group starts at the first record at or after this "
+                   "ISO 8601 time (instead of --offset-reset).")
 @click.option("--dead-letter-topic",
               help="share: copy records archived at the delivery limit to this topic.")
 @click.option("--release-offsets", default="",
@@ -389,7 +392,8 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
             topics: tuple[str, ...], mode: str, client_id: str | None,
             heartbeat_interval: float, offset_reset: str, balance: str,
             max_claims: int | None, release_lag: int | None, lock_duration: float,
-            delivery_limit: int, dead_letter_topic: str | None, release_offsets: str,
+            delivery_limit: int, start_datetime: str | None, dead_letter_topic: str | None,
+            release_offsets: str,
             batch_size: int, max_records: int | None, print_records: bool) -> None:
     """Consume topics as a member of GROUP until SIGTERM / Ctrl-C, then commit and release."""
     from marshal_py.client.marshaler import Marshaler
@@ -400,11 +404,20 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
         reset = cast(OffsetReset, offset_reset)
         consumer: Consumer | ShareConsumer
         if mode == "share":
+            start_time = None
+            if start_datetime is not None:
+                try:
+                    start_time = datetime.fromisoformat(start_datetime)
+                except ValueError as exc:
+                    raise click.BadParameter(f"{start_datetime!r} is not an ISO 8601 time",
+                                             param_hint="--start-datetime") from exc
+                if start_time.tzinfo is None:
+                    start_time = start_time.replace(tzinfo=UTC)
             consumer = marshaler.consumer(list(topics), "share", offset_reset=reset,
                                           lock_duration=lock_duration,
                                           delivery_limit=delivery_limit, batch_size=batch_size,
                                           dead_letter_topic=dead_letter_topic,
-                                          acknowledgement="explicit")
+                                          acknowledgement="explicit", start_time=start_time)
         else:
             consumer = marshaler.consumer(list(topics), cast(Mode, mode), offset_reset=reset,
                                           balance=cast(Balance, balance),

@@ -50,6 +50,10 @@ class PartitionSource(Protocol):
         """(beginning, end) offsets of a partition."""
         ...
 
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        """The first offset whose timestamp is >= ``timestamp_ms``, or None if none is."""
+        ...
+
 
 class EngineClock(Protocol):
     """Milliseconds on (an estimate of) the broker's clock."""

@@ -8,6 +8,7 @@ import random
 import socket
 import threading
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any, Literal, overload
 
 from marshal_py.client.clock import BrokerClock
@@ -107,7 +108,8 @@ class Marshaler:
                  offset_reset: OffsetReset = ..., lock_duration: float = ...,
                  delivery_limit: int = ..., inflight_limit: int = ...,
                  acknowledgement: AckMode = ..., batch_size: int = ...,
-                 dead_letter_topic: str | None = ...) -> ShareConsumer: ...
+                 dead_letter_topic: str | None = ...,
+                 start_time: datetime | None = ...) -> ShareConsumer: ...
 
     @overload
     def consumer(self, topics: Iterable[str], mode: Mode = ..., *,
@@ -131,6 +133,7 @@ class Marshaler:
         acknowledgement: AckMode = "implicit",
         batch_size: int = 100,
         dead_letter_topic: str | None = None,
+        start_time: datetime | None = None,
     ) -> Consumer | ShareConsumer:
         """Join the group on ``topics`` and return the consumer of the partitions it wins.
 
@@ -149,7 +152,8 @@ class Marshaler:
         with at most ``inflight_limit`` records in flight per partition; see
         :class:`ShareConsumer` for ``acknowledgement`` and ``dead_letter_topic`` (records
         archived at the delivery limit are copied there). A new share group starts at
-        ``offset_reset`` (latest by default).
+        ``offset_reset`` (latest by default), or at the first record at or after
+        ``start_time`` (an aware datetime) when given.
         One consumer per Marshaler at a time.
         """
         if self._closed:
@@ -163,7 +167,7 @@ class Marshaler:
         if mode == "share":
             return self._share_consumer(wanted, offset_reset, lock_duration, delivery_limit,
                                         inflight_limit, acknowledgement, batch_size,
-                                        dead_letter_topic)
+                                        dead_letter_topic, start_time)
         config = EngineConfig(
             group_id=self.group_id,
             client_id=self.client_id,
@@ -202,12 +206,14 @@ class Marshaler:
     def _share_consumer(self, topics: tuple[str, ...], offset_reset: OffsetReset,
                         lock_duration: float, delivery_limit: int, inflight_limit: int,
                         acknowledgement: AckMode, batch_size: int,
-                        dead_letter_topic: str | None) -> ShareConsumer:
+                        dead_letter_topic: str | None,
+                        start_time: datetime | None) -> ShareConsumer:
         config = ShareConfig(
             group_id=self.group_id, client_id=self.client_id, instance_id=self.instance_id,
             topics=topics, heartbeat_interval_ms=self._hi_ms,
             lock_ms=int(lock_duration * 1000), delivery_limit=delivery_limit,
             inflight_limit=inflight_limit, offset_reset=offset_reset, batch_size=batch_size,
+            start_time_ms=None if start_time is None else int(start_time.timestamp() * 1000),
             replay_window_ms=int(self.replay_window * 1000),
         )
         source = self._open_source(topics + ((dead_letter_topic,) if dead_letter_topic else ()))

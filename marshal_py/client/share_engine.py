@@ -61,6 +61,9 @@ class ShareConfig:
     delivery_limit: int = DEFAULT_DELIVERY_LIMIT
     inflight_limit: int = DEFAULT_INFLIGHT_LIMIT
     offset_reset: OffsetReset = "latest"
+    #: Start a new share group at the first record at or after this time (ms), instead of
+    #: ``offset_reset``.
+    start_time_ms: int | None = None
     batch_size: int = 500
     replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS
 
@@ -168,6 +171,9 @@ class ShareEngine:
     def _initialize(self, topic: str, partition: int) -> None:
         beginning, end = self.source.offset_bounds(topic, partition)
         start = end if self.config.offset_reset == "latest" else beginning
+        if self.config.start_time_ms is not None:
+            found = self.source.offset_for_time(topic, partition, self.config.start_time_ms)
+            start = end if found is None else max(beginning, found)
         self._append(InitializingSharePartition(
             self.clock.now_ms() // 1000, self.me.instance_id, self.me.client_id,
             self.config.group_id, topic, partition, start, self.config.delivery_limit,

@@ -55,6 +55,16 @@ class KafkaPartitionSource:
             ) from exc
         return int(beginning), int(end)
 
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        tp = TopicPartition(topic, partition)
+        try:
+            found = self._consumer.offsets_for_times({tp: timestamp_ms})[tp]
+        except KafkaError as exc:
+            raise BrokerUnavailableError(
+                f"cannot look up offsets by time of {topic}/{partition}: {exc}"
+            ) from exc
+        return None if found is None else int(found.offset)
+
     def close(self) -> None:
         for client in (self._consumer, self._admin):
             with contextlib.suppress(Exception):  # closing must not mask an earlier error

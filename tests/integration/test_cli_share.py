@@ -109,3 +109,32 @@ def test_reset_offsets_of_an_unknown_share_group(share_group: tuple[str, str, st
                      ctopic, "--group", "nobody", "--topic", topic, "--to-latest")
     assert result.returncode == 2
     assert "no share group 'nobody'" in result.stderr
+
+
+def test_a_new_share_group_can_start_at_a_time(kafka_bootstrap: str, unique_name: str) -> None:
+    import time
+    from datetime import UTC, datetime
+
+    from marshal_py import Marshaler
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    admin.create_topics({unique_name: {"num_partitions": 1, "replication_factor": 1}},
+                        wait_for_metadata=True)
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    before = [producer.send(unique_name, value=b"old", partition=0).get(10) for _ in range(5)]
+    cut = max(m.timestamp for m in before) + 1
+    while int(time.time() * 1000) <= cut:  # the next records must be stamped after the cut
+        time.sleep(0.001)
+    for _ in range(5):
+        producer.send(unique_name, value=b"new", partition=0).get(10)
+    producer.close()
+    with Marshaler(kafka_bootstrap, group_id="by-time", client_id="w1", heartbeat_interval=1.0,
+                   coordination_topic=f"__marshal-{unique_name}") as m:
+        consumer = m.consumer([unique_name], "share",
+                              start_time=datetime.fromtimestamp(cut / 1000, UTC))
+        got: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 5 and time.monotonic() < deadline:
+            got += [r.offset for r in consumer.poll(timeout_s=0.5)]
+        assert got == [5, 6, 7, 8, 9]
