@@ -48,6 +48,10 @@ class MemoryTopic:
     def offset_bounds(self, topic: str, partition: int) -> tuple[int, int]:
         return 0, len(self.records[partition])
 
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        # Records in memory carry no time: by-time starts at the end.
+        return None
+
     def fetch(self, partition: int, position: int, limit: int) -> list[int]:
         return list(range(position, min(position + limit, len(self.records[partition]))))
 
