@@ -53,13 +53,14 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import kafka
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
 from marshal_py import Consumer, Marshaler
 from marshal_py.client import BrokerClock
+from marshal_py.client.engine import Mode
 from marshal_py.devbroker import KAFKA_VERSION, DevBroker
 
 HI_S = 1.0
@@ -576,8 +577,8 @@ def read_marshal(bootstrap: str, topic: str, records: int, mode: str,
     started = time.perf_counter()
     with Marshaler(bootstrap, group_id=f"bench.read.{mode}.{tag}", client_id=f"reader-{mode}",
                    heartbeat_interval=HI_S) as m:
-        consumer = m.consumer([topic], mode=mode,  # type: ignore[arg-type]
-                              offset_reset="earliest", **options)
+        consumer = m.consumer([topic], cast(Mode, mode), offset_reset="earliest",
+                              amo_batch_size=options.get("amo_batch_size", 100))
         watchdog = threading.Timer(_deadline_s(records), consumer.stop)
         watchdog.daemon = True
         watchdog.start()

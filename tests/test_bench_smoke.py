@@ -23,3 +23,10 @@ def test_consumer_benchmark_quick_mode_runs() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     for line in ("failover:", "claim latency", "records/s (5,000 records x 1 runs"):
         assert line in result.stdout, result.stdout[-3000:]
+
+
+def test_share_benchmark_quick_mode_runs() -> None:
+    result = subprocess.run([sys.executable, "-m", "bench.share", "--quick"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "records/s" in result.stdout, result.stdout[-3000:]

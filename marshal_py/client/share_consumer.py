@@ -112,13 +112,15 @@ class ShareConsumer:
             self._stop.wait(self._tick_interval_s)
 
     def _preclaim(self) -> None:
-        """Keep about one batch per partition acquired ahead of the application."""
+        """Keep a batch per partition acquired ahead of the application (call with the lock
+        held): the coordination thread does it each tick, the fetching thread when it runs
+        dry."""
         batch = self._engine.config.batch_size
         for topic in self.topics:
             count = self._engine.source.partition_count(topic) or 0
             for partition in range(count):
                 waiting = self._to_fetch.setdefault((topic, partition), {})
-                if len(waiting) < batch // 2 + 1:
+                if len(waiting) < batch:
                     for offset, delivery_count in self._engine.acquire(topic, partition, batch):
                         waiting[offset] = delivery_count
 
@@ -127,7 +129,10 @@ class ShareConsumer:
     def _fetch(self, timeout_s: float) -> None:
         self._settle_previous_batch()
         with self._lock:
+            if not any(self._to_fetch.values()):
+                self._preclaim()  # ran dry before the coordination thread's next tick
             wanted = {tp: min(offsets) for tp, offsets in self._to_fetch.items() if offsets}
+            span = sum(max(o) - min(o) + 1 for o in self._to_fetch.values() if o)
         if not wanted:
             self._stop.wait(min(timeout_s, 0.05))
             return
@@ -142,7 +147,9 @@ class ShareConsumer:
                 position = first
             starts[tp] = position
         try:
-            polled = self._data.poll(timeout_ms=int(timeout_s * 1000), max_records=1_000)
+            # Fetch only as far as the acquired offsets reach: the rest belongs to others.
+            polled = self._data.poll(timeout_ms=int(timeout_s * 1000),
+                                     max_records=max(1, min(1_000, span)))
         except KafkaError as exc:
             raise BrokerUnavailableError(f"fetching records failed: {exc}") from exc
         for tp_obj, records in polled.items():

@@ -1,0 +1,753 @@
+"""Share mode on one partition: records/s with 1, 2, 4 and 8 members, on a real broker.
+
+Usage: python -m bench.share [--quick] [--records N] [--repeat R] [--consumers 1,2,4,8]
+                             [--work-ms 0,2] [--heartbeat-interval S] [--cli]
+
+Starts its own dev broker (Kafka 4.3.1, KRaft, 127.0.0.1) and, for every configuration
+(consumers x work per record), produces N records of 100 bytes once into a fresh topic of
+ONE partition. Each run (R per configuration, interleaved across configurations) uses a
+fresh share group and a fresh coordination topic, so everything in the coordination topic
+was written by that run.
+
+The members are separate OS processes: a pool of ``python -m bench.share --worker``
+processes (as many as the largest configuration) started once. For a run the parent tells
+the first k of them to *prepare* (open a ``Marshaler`` on the run's coordination topic, heartbeat
+interval 1 s), waits until all are ready, then sends *go* to each: the clock starts. On go a
+worker opens ``Marshaler.consumer([topic], "share", offset_reset="earliest",
+batch_size=100, acknowledgement="explicit")`` — what ``marshal consume --mode share
+--batch-size 100`` does — and for every record sleeps ``work_ms`` (the simulated work; the
+CLI has no such option) and then accepts it with ``ack(record, "accept")``. Python start-up
+and imports are outside the measured time; joining (replay, MemberHeartbeat, initializing
+the share-partition) is inside.
+
+The clock stops when the record that moved the SPSO to N was appended: an observer in this
+process replays the run's coordination partition (polling every 0.1 s) and takes that
+record's broker timestamp (LogAppendTime, the same machine clock as the go time). After the
+stop each worker reports the offsets it was handed; the union must cover all N (checked)
+and duplicates are counted. Coordination records per 1,000 consumed: the coordination
+partition's end offset when the N-th record was accepted minus its end offset at go (0),
+per 1,000 records; the observer also splits them by message type. Each worker also counts
+the records its data consumer fetched (``fetched/N``: every member reads the partition from
+its lowest acquired offset and drops what it does not hold), the members' CPU time (from go to
+stop, per record) and how busy the machine's cores were from go to the end (/proc/stat; the
+broker, this process and anything else running included).
+
+``--cli`` adds, for the 0 ms configurations, runs whose members are ``marshal consume --mode
+share --batch-size 100 --print`` processes (explicit accept of every printed record), started
+fresh for each run: their Python start-up is inside the measured time, so compare them by
+the rate after the first acquisition. ``--heartbeat-interval`` (default 1 s) matters: the
+share consumer acquires at most one batch per partition per tick of min(1 s, HI / 5,
+lock / 10), which caps a member at about ``batch_size / tick`` records/s.
+
+On 2 cores 8 members (plus the broker and this process) are CPU-bound: the figures there
+measure the machine as much as the protocol.
+
+``--quick`` is a smoke run (N=1,000, R=1) that finishes in well under a minute. Every wait
+is bounded and fails with one line saying what did not happen; the worker processes and the
+broker are stopped whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import queue
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+
+from bench.consumer import (
+    ROOT,
+    BenchError,
+    _die_with_parent,
+    load,
+    machine_line,
+    median_range,
+    table,
+    wait_for,
+)
+from marshal_py.devbroker import DevBroker
+from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
+from marshal_py.protocol import coordination_partition, format_ranges, parse_ranges, ranges_of
+from marshal_py.world import Rationalizer, RationalizerConfig
+from marshal_py.world.rationalizer import Outcome
+
+HI_S = 1.0
+BATCH_SIZE = 100
+RECORD_BYTES = 100
+OBSERVE_EVERY_S = 0.1
+GROUP_PREFIX = "bench.share"
+
+
+# -- the worker: one share-group member in its own process ---------------------------------------
+
+
+def _say(**message: Any) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def worker_main() -> None:
+    """Serve runs until "exit" or end of input. Protocol: JSON lines on stdin / stdout.
+
+    ``{"cmd": "prepare", "bootstrap", "coordination_topic", "group", "topic", "client_id",
+    "work_ms"}`` -> ``{"ready": true}``; then ``go`` (a plain line) starts consuming; ``stop``
+    (a plain line) ends it -> ``{"done": true, ...summary}``.
+    """
+    from marshal_py import Marshaler
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        if line == "exit":
+            return
+        order = json.loads(line)
+        if order.get("cmd") != "prepare":
+            _say(error=f"unexpected command {line!r}")
+            continue
+        try:
+            marshaler = Marshaler(order["bootstrap"], group_id=order["group"],
+                                  client_id=order["client_id"],
+                                  heartbeat_interval=order["heartbeat_interval"],
+                                  coordination_topic=order["coordination_topic"])
+        except Exception as exc:
+            _say(error=f"Marshaler: {exc}")
+            continue
+        try:
+            _say(ready=True)
+            go = sys.stdin.readline().strip()
+            if go != "go":
+                _say(error=f"expected go, got {go!r}")
+                continue
+            _say(done=True, **_consume(marshaler, order["topic"], order["work_ms"]))
+        finally:
+            marshaler.close()
+
+
+def _consume(marshaler: Any, topic: str, work_ms: float) -> dict[str, Any]:
+    work_s = work_ms / 1000
+    cpu_at_go = time.process_time()
+    delivered: list[int] = []
+    redelivered = 0
+    error = ""
+    consumer = marshaler.consumer([topic], "share", offset_reset="earliest",
+                                  batch_size=BATCH_SIZE, acknowledgement="explicit")
+    fetched = [0]  # records the data consumer fetched (its own and other members')
+    poll = consumer._data.poll
+
+    def counting_poll(*args: Any, **kwargs: Any) -> Any:
+        polled = poll(*args, **kwargs)
+        fetched[0] += sum(len(batch) for batch in polled.values())
+        return polled
+
+    consumer._data.poll = counting_poll  # counts what ShareConsumer._fetch reads
+
+    def wait_for_stop() -> None:
+        sys.stdin.readline()  # "stop" (or end of input)
+        consumer.stop()
+
+    stopper = threading.Thread(target=wait_for_stop, name="stop-reader", daemon=True)
+    stopper.start()
+    try:
+        for record in consumer:
+            if work_s:
+                time.sleep(work_s)
+            consumer.ack(record, "accept")
+            delivered.append(record.offset)
+            if record.delivery_count > 1:
+                redelivered += 1
+    except Exception as exc:  # reported to the parent, which fails the run
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        consumer.close()
+    if not error:  # on an error the parent is told at once (it aborts the benchmark)
+        stopper.join(timeout=30)
+    cpu_s = time.process_time() - cpu_at_go
+    stats = consumer._engine.stats
+    distinct = sorted(set(delivered))
+    return {
+        "delivered": len(delivered),
+        "fetched": fetched[0],
+        "cpu_s": cpu_s,
+        "distinct": len(distinct),
+        "redelivered": redelivered,
+        "offsets": format_ranges(ranges_of(distinct)) if distinct else "",
+        "acquisitions": stats.acquisitions,
+        "records_acquired": stats.records_acquired,
+        "records_void": stats.records_void,
+        "renewals": stats.renewals,
+        "acks": stats.acks,
+        "coordination_records": stats.coordination_records,
+        "error": error,
+    }
+
+
+class Worker:
+    """A ``python -m bench.share --worker`` process, driven over its stdin and stdout."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.share", "--worker"], cwd=ROOT,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_die_with_parent(),
+        )
+        self.messages: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._stderr: deque[str] = deque(maxlen=20)
+        for target in (self._read_stdout, self._read_stderr):
+            threading.Thread(target=target, daemon=True, name=f"{name}-reader").start()
+
+    def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            try:
+                self.messages.put(json.loads(raw))
+            except ValueError:
+                self._stderr.append(f"stdout: {raw.rstrip()}")
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            self._stderr.append(raw.rstrip())
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise BenchError(f"worker {self.name} is gone ({exc}): {self.stderr_tail()}") \
+                from exc
+
+    def receive(self, key: str, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                message = self.messages.get(timeout=0.1)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    raise BenchError(f"worker {self.name} exited with {self.proc.returncode}: "
+                                     f"{self.stderr_tail()}") from None
+                if time.monotonic() >= deadline:
+                    raise BenchError(f"timed out after {timeout_s:.0f} s waiting for worker "
+                                     f"{self.name} ({key}): {self.stderr_tail()}") from None
+                continue
+            if message.get("error") and key not in message:
+                raise BenchError(f"worker {self.name}: {message['error']}")
+            if key in message:
+                return message
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stderr_tail(self) -> str:
+        return " | ".join(list(self._stderr)[-5:]) or "no output"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(BenchError):
+                self.send("stop")  # harmless when idle; ends a run in progress
+            with contextlib.suppress(BenchError):
+                self.send("exit")
+            with contextlib.suppress(OSError):
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def worker_pool(count: int) -> Iterator[list[Worker]]:
+    started: list[Worker] = []
+    try:
+        for k in range(count):
+            started.append(Worker(f"share-{k}"))
+        yield started
+    finally:
+        for worker in started:  # every child is stopped (and reaped) whatever happened
+            try:
+                worker.stop()
+            except BaseException:
+                worker.proc.kill()
+                raise
+
+
+# -- the observer: replays the run's coordination partition ---------------------------------------
+
+
+class Observer:
+    """Follows one share-partition in a run's coordination topic (reads only)."""
+
+    def __init__(self, bootstrap: str, coordination_topic: str, group: str, topic: str,
+                 target_spso: int, heartbeat_interval_s: float) -> None:
+        self.log = KafkaLog(KafkaLogConfig(bootstrap_servers=bootstrap,
+                                           topic=coordination_topic))  # creates it
+        count = self.log.partition_count()
+        self.partition = coordination_partition(topic, count)
+        self.rationalizer = Rationalizer(RationalizerConfig(
+            coordination_partitions=count,
+            heartbeat_interval_ms=int(heartbeat_interval_s * 1000)))
+        self.group, self.topic, self.target = group, topic, target_spso
+        self.by_type: Counter[str] = Counter()
+        self.verdicts: Counter[str] = Counter()
+        self.first_acquired_ms: int | None = None
+        self.done_ms: int | None = None  # broker time of the record that moved SPSO to N
+        self.done_position: int | None = None
+        self.rationalizer.observe(self._see)
+
+    def _see(self, outcome: Outcome) -> None:
+        record = outcome.record
+        if record.partition != self.partition or self.done_position is not None:
+            return
+        kind = type(outcome.message).__name__ if outcome.message is not None else "undecoded"
+        self.by_type[kind] += 1
+        self.verdicts[outcome.verdict.value] += 1
+        if self.first_acquired_ms is None and outcome.verdict.value == "records_acquired":
+            self.first_acquired_ms = record.timestamp_ms
+        share = self.rationalizer.share_partition(self.group, self.topic, 0)
+        if share is not None and share.spso >= self.target:
+            self.done_ms = record.timestamp_ms
+            self.done_position = record.position
+
+    def end_position(self) -> int:
+        return self.log.end_position(self.partition)
+
+    def poll(self) -> bool:
+        from marshal_py.log.replay import catch_up
+
+        catch_up(self.log, self.rationalizer, [self.partition])
+        return self.done_position is not None
+
+    def spso(self) -> int | None:
+        share = self.rationalizer.share_partition(self.group, self.topic, 0)
+        return None if share is None else share.spso
+
+    def close(self) -> None:
+        self.log.close()
+
+
+def cpu_ticks() -> tuple[int, int] | None:
+    """(busy, total) jiffies of the whole machine since boot (Linux), or None."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
+def busy_between(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    if before is None or after is None or after[1] == before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
+# -- one run --------------------------------------------------------------------------------------
+
+
+class CliMember:
+    """A ``marshal consume --mode share --print`` process; collects the offsets it prints."""
+
+    def __init__(self, bootstrap: str, coordination_topic: str, group: str, topic: str,
+                 client_id: str, heartbeat_interval_s: float) -> None:
+        self.name = client_id
+        command = [
+            sys.executable, "-m", "marshal_py.cli", "consume", "--bootstrap-servers", bootstrap,
+            "--coordination-topic", coordination_topic, "--group", group, "--topic", topic,
+            "--mode", "share", "--client-id", client_id,
+            "--heartbeat-interval", f"{heartbeat_interval_s:g}", "--offset-reset", "earliest",
+            "--batch-size", str(BATCH_SIZE), "--print",
+        ]
+        self.proc = subprocess.Popen(
+            command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=_die_with_parent(),
+        )
+        self.offsets: list[int] = []
+        self.redelivered = 0
+        self._stderr: deque[str] = deque(maxlen=20)
+        self._readers = [threading.Thread(target=t, daemon=True, name=f"{client_id}-reader")
+                         for t in (self._read_stdout, self._read_stderr)]
+        for reader in self._readers:
+            reader.start()
+
+    def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            try:
+                printed = json.loads(raw)
+            except ValueError:
+                continue
+            self.offsets.append(int(printed["offset"]))
+            if printed.get("delivery_count", 1) > 1:
+                self.redelivered += 1
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            self._stderr.append(raw.decode("utf-8", "replace").rstrip())
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stderr_tail(self) -> str:
+        return " | ".join(list(self._stderr)[-5:]) or "no output"
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM (release and leave), then SIGKILL if it does not exit in time."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        for reader in self._readers:  # everything printed has been read
+            reader.join(timeout=10)
+
+    def summary(self) -> dict[str, Any]:
+        distinct = sorted(set(self.offsets))
+        return {"delivered": len(self.offsets), "fetched": None, "cpu_s": None,
+                "distinct": len(distinct),
+                "redelivered": self.redelivered,
+                "offsets": format_ranges(ranges_of(distinct)) if distinct else "",
+                "records_void": None, "error": ""}
+
+
+@dataclass
+class Run:
+    seconds: float  # go to the N-th record accepted (broker time)
+    to_first_acquire_s: float  # go to the first AcquiringRecords that won records
+    coordination_records: int  # in the run's coordination partition, go to the N-th accept
+    close_records: int  # written after that, until every member had stopped
+    by_type: dict[str, int]
+    delivered: int
+    duplicates: int
+    redelivered: int
+    void: int | None  # offsets asked for and not granted (lost races); None: not known
+    fetched: int | None  # records the members' data consumers fetched; None: not known
+    members_cpu_s: float | None  # CPU time of the members from go to stop; None: not known
+    machine_busy: float | None  # share of all cores busy from go to the N-th accept
+    per_member: list[int] = field(default_factory=list)
+
+    def rate(self, records: int) -> float:
+        return records / self.seconds if self.seconds > 0 else float("inf")
+
+    def steady_rate(self, records: int) -> float:
+        """From the first acquisition on: without joining (and, with --cli, start-up)."""
+        busy = self.seconds - self.to_first_acquire_s
+        return records / busy if busy > 0 else float("inf")
+
+    def per_1000(self, records: int) -> float:
+        return self.coordination_records * 1000 / records
+
+
+def run_once(bootstrap: str, workers: Sequence[Worker], consumers: int, topic: str,
+             records: int, work_ms: float, heartbeat_interval_s: float,
+             cli: bool = False) -> Run:
+    """One run with ``consumers`` members: the pool's workers, or (``cli``) fresh
+    ``marshal consume`` processes whose start-up is then inside the measured time."""
+    tag = uuid.uuid4().hex[:8]
+    group, coordination_topic = f"{GROUP_PREFIX}.{tag}", f"__marshal_bench_share_{tag}"
+    observer = Observer(bootstrap, coordination_topic, group, topic, records,
+                        heartbeat_interval_s)
+    members: list[Worker | CliMember] = []
+    summaries: list[dict[str, Any]] = []
+    try:
+        before = observer.end_position()
+        if cli:
+            go_ms = time.time() * 1000
+            ticks_at_go = cpu_ticks()
+            members.extend(CliMember(bootstrap, coordination_topic, group, topic,
+                                     f"member-{k}", heartbeat_interval_s)
+                           for k in range(consumers))
+        else:
+            members.extend(workers[:consumers])
+            order = {"cmd": "prepare", "bootstrap": bootstrap,
+                     "coordination_topic": coordination_topic, "group": group, "topic": topic,
+                     "work_ms": work_ms, "heartbeat_interval": heartbeat_interval_s}
+            for k, worker in enumerate(workers[:consumers]):
+                worker.send(json.dumps({**order, "client_id": f"member-{k}"}))
+            for worker in workers[:consumers]:
+                worker.receive("ready", 60)
+            go_ms = time.time() * 1000
+            ticks_at_go = cpu_ticks()
+            for worker in workers[:consumers]:
+                worker.send("go")
+        started = time.monotonic()
+        # A member caps at about batch_size / tick records/s (see BENCHMARKS.md): be generous.
+        timeout_s = 60 + records / 50 + records * work_ms / 1000
+
+        def finished() -> bool:
+            for member in members:
+                if not member.alive():
+                    raise BenchError(f"member {member.name} exited with "
+                                     f"{member.proc.returncode}: {member.stderr_tail()}")
+                if isinstance(member, Worker) and not member.messages.empty():
+                    message = member.messages.get()  # a member failed before the end
+                    raise BenchError(f"worker {member.name} stopped early: {message}")
+            return observer.poll()
+
+        wait_for(f"the SPSO to reach {records:,}", finished, timeout_s, OBSERVE_EVERY_S,
+                 detail=lambda: f"SPSO {observer.spso()} after "
+                                f"{time.monotonic() - started:.0f} s")
+        machine_busy = busy_between(ticks_at_go, cpu_ticks())
+        for member in members:
+            if isinstance(member, Worker):
+                member.send("stop")
+        for member in members:
+            if isinstance(member, Worker):
+                summaries.append(member.receive("done", 60))
+            else:
+                member.stop()
+                summaries.append(member.summary())
+        after_close = observer.end_position()
+    finally:
+        for member in members:
+            if isinstance(member, CliMember):
+                member.stop()
+        observer.close()
+    assert observer.done_ms is not None and observer.done_position is not None
+    errors = [f"{m.name}: {s['error']}" for m, s in zip(members, summaries, strict=True)
+              if s.get("error")]
+    if errors:
+        raise BenchError("; ".join(errors))
+    seen: set[int] = set()
+    for summary in summaries:
+        for first, last in (parse_ranges(summary["offsets"]) if summary["offsets"] else ()):
+            seen.update(range(first, last + 1))
+    missing = records - len(seen & set(range(records)))
+    if missing:
+        raise BenchError(f"the SPSO reached {records:,} but {missing:,} offsets were never "
+                         "handed out to any member")
+    delivered = sum(s["delivered"] for s in summaries)
+    written = observer.done_position + 1 - before
+    assert observer.first_acquired_ms is not None
+    voids = [s["records_void"] for s in summaries]
+    fetches = [s["fetched"] for s in summaries]
+    cpus = [s["cpu_s"] for s in summaries]
+    return Run(
+        seconds=(observer.done_ms - go_ms) / 1000,
+        to_first_acquire_s=(observer.first_acquired_ms - go_ms) / 1000,
+        coordination_records=written,
+        close_records=after_close - (observer.done_position + 1),
+        by_type=dict(observer.by_type),
+        delivered=delivered,
+        duplicates=delivered - len(seen),
+        redelivered=sum(s["redelivered"] for s in summaries),
+        void=None if None in voids else sum(voids),
+        fetched=None if None in fetches else sum(fetches),
+        members_cpu_s=None if None in cpus else sum(cpus),
+        machine_busy=machine_busy,
+        per_member=[s["delivered"] for s in summaries],
+    )
+
+
+# -- data -----------------------------------------------------------------------------------------
+
+
+def produce(bootstrap: str, admin: KafkaAdminClient, producer: KafkaProducer,
+            records: int) -> str:
+    """A fresh one-partition topic holding ``records`` records of 100 bytes."""
+    topic = f"bench-share-{uuid.uuid4().hex[:8]}"
+    admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}},
+                        wait_for_metadata=True)
+    for i in range(records):
+        producer.send(topic, value=f"{i:012d}".encode().ljust(RECORD_BYTES, b"."),
+                      partition=0)
+    producer.flush(timeout=120)
+    check = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    try:
+        tp = TopicPartition(topic, 0)
+        end = check.end_offsets([tp])[tp]
+        begin = check.beginning_offsets([tp])[tp]
+    finally:
+        check.close()
+    if (begin, end) != (0, records):
+        raise BenchError(f"produced {records:,} records but the topic holds offsets "
+                         f"{begin:,}..{end:,}")
+    return topic
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+Config = tuple[str, int, float]  # (members: "worker" or "cli", consumers, work_ms)
+
+
+def short_type(name: str) -> str:
+    return {"AcquiringRecords": "acq", "AcknowledgingRecords": "ack",
+            "RenewingLocks": "renew", "MemberHeartbeat": "hb",
+            "InitializingSharePartition": "init"}.get(name, name)
+
+
+def label(config: Config) -> str:
+    via, consumers, work_ms = config
+    return f"{consumers} x {work_ms:g} ms" + (" (marshal consume)" if via == "cli" else "")
+
+
+def report(results: dict[Config, list[Run]], records: int) -> None:
+    base = {(via, work_ms): statistics.median(r.rate(records) for r in runs)
+            for (via, consumers, work_ms), runs in results.items() if consumers == 1}
+    rows = []
+    for config, runs in sorted(results.items(), key=lambda kv: (kv[0][0] == "cli", kv[0][2],
+                                                                 kv[0][1])):
+        via, consumers, work_ms = config
+        med, low, high = median_range([r.rate(records) for r in runs])
+        one = base.get((via, work_ms))
+        types: Counter[str] = Counter()
+        for r in runs:
+            types.update(r.by_type)
+        split = ", ".join(f"{short_type(k)} {v * 1000 / records / len(runs):.1f}"
+                          for k, v in types.most_common())
+        voids = [r.void for r in runs if r.void is not None]
+        fetches = [r.fetched / records for r in runs if r.fetched is not None]
+        cpus = [r.members_cpu_s * 1000 / records for r in runs if r.members_cpu_s is not None]
+        busy = [r.machine_busy for r in runs if r.machine_busy is not None]
+        rows.append([
+            str(consumers), f"{work_ms:g} ms" + (" cli" if via == "cli" else ""),
+            f"{med:,.0f}", f"{low:,.0f}..{high:,.0f}", f"{med / one:.2f}" if one else "-",
+            f"{statistics.median(r.seconds for r in runs):.2f} s",
+            f"{statistics.median(r.to_first_acquire_s for r in runs):.2f} s",
+            f"{statistics.median(r.steady_rate(records) for r in runs):,.0f}",
+            f"{statistics.median(r.per_1000(records) for r in runs):.1f}", split,
+            f"{sum(r.duplicates for r in runs)}/{sum(r.redelivered for r in runs)}",
+            f"{statistics.median(voids):,.0f}" if voids else "-",
+            f"{statistics.median(fetches):.1f}" if fetches else "-",
+            f"{statistics.median(cpus):.2f} ms" if cpus else "-",
+            f"{statistics.median(busy):.0%}" if busy else "-",
+            "/".join(str(n) for n in runs[-1].per_member),
+        ])
+    print(table(["consumers", "work", "records/s", "range", "speedup", "time",
+                 "to 1st acquire", "records/s after", "coord/1000", "coord by type /1000",
+                 "dup/redeliv", "void", "fetched/N", "member CPU/record", "cores busy",
+                 "split (last run)"], rows))
+    for config, runs in sorted(results.items()):
+        print(f"share {label(config)}: "
+              f"{statistics.median(r.rate(records) for r in runs):,.0f} records/s, "
+              f"{statistics.median(r.per_1000(records) for r in runs):.1f} coordination "
+              f"records per 1,000 ({len(runs)} runs)")
+
+
+def parse_list(text: str, kind: type) -> list[Any]:
+    return [kind(part) for part in text.split(",") if part.strip()]
+
+
+def main() -> None:
+    if "--worker" in sys.argv[1:]:
+        worker_main()
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=None,
+                        help="Records per configuration (default 20,000; --quick 1,000).")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="Runs of each configuration (default 3; --quick 1).")
+    parser.add_argument("--consumers", default="1,2,4,8",
+                        help="Member counts, comma-separated (default 1,2,4,8).")
+    parser.add_argument("--work-ms", default="0,2",
+                        help="Simulated work per record in ms, comma-separated (default 0,2).")
+    parser.add_argument("--heartbeat-interval", type=float, default=HI_S,
+                        help=f"Heartbeat interval in seconds (default {HI_S:g}); the share "
+                             "consumer's tick is min(1 s, HI / 5, lock / 10).")
+    parser.add_argument("--cli", action="store_true",
+                        help="Also run the 0 ms configurations with `marshal consume --mode "
+                             "share --print` processes (start-up inside the measured time).")
+    parser.add_argument("--quick", action="store_true", help="A smoke run: small and once.")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    records = args.records or (1_000 if args.quick else 20_000)
+    repeat = args.repeat or (1 if args.quick else 3)
+    hi_s = args.heartbeat_interval
+    try:
+        counts = parse_list(args.consumers, int)
+        works = parse_list(args.work_ms, float)
+    except ValueError:
+        parser.error("--consumers and --work-ms take comma-separated numbers")
+    if records < 1 or repeat < 1 or not counts or min(counts) < 1 or not works \
+            or min(works) < 0 or hi_s < 0.01:
+        parser.error("--records, --repeat and --consumers must be >= 1, --work-ms >= 0, "
+                     "--heartbeat-interval >= 0.01")
+    configs: list[Config] = [("worker", c, w) for w in works for c in counts]
+    if args.cli:
+        configs += [("cli", c, 0.0) for c in counts]
+
+    # SIGTERM unwinds like Ctrl-C: the finally blocks stop the workers and the broker.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    print(machine_line(), flush=True)
+    print(f"before: {load()} (other work on the machine skews every figure)", flush=True)
+    began = time.monotonic()
+    try:
+        with DevBroker() as broker, worker_pool(max(counts)) as workers:
+            bootstrap = broker.bootstrap_servers
+            print(f"broker {bootstrap} up in {time.monotonic() - began:.1f} s; HI = {hi_s:g} s, "
+                  f"1 partition, batch size {BATCH_SIZE}, {len(workers)} worker processes",
+                  flush=True)
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+            producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=20,
+                                     batch_size=512 * 1024,
+                                     max_request_size=8 * 1024 * 1024)
+            try:
+                topics: dict[Config, str] = {}
+                produced = time.monotonic()
+                for config in configs:
+                    topics[config] = produce(bootstrap, admin, producer, records)
+                print(f"produced {records:,} records of {RECORD_BYTES} bytes into each of "
+                      f"{len(configs)} topics in {time.monotonic() - produced:.1f} s",
+                      flush=True)
+            finally:
+                for closing in (producer.close, admin.close):
+                    with contextlib.suppress(Exception):
+                        closing()
+            print(f"\nshare mode, one partition: {records:,} records, {repeat} run(s) of each "
+                  "configuration (interleaved)", flush=True)
+            results: dict[Config, list[Run]] = {config: [] for config in configs}
+            for i in range(repeat):
+                for config in configs:
+                    via, consumers, work_ms = config
+                    run = run_once(bootstrap, workers, consumers, topics[config], records,
+                                   work_ms, hi_s, cli=via == "cli")
+                    results[config].append(run)
+                    print(f"  run {i + 1}: {label(config)}: {run.rate(records):,.0f} records/s "
+                          f"({run.seconds:.2f} s, first acquire {run.to_first_acquire_s:.2f} s)"
+                          f", {run.per_1000(records):.1f} coordination records per 1,000 "
+                          f"(+{run.close_records} on stop), split "
+                          f"{'/'.join(str(n) for n in run.per_member)}, {run.duplicates} "
+                          f"duplicates"
+                          + (f", fetched {run.fetched / records:.1f} x N" if run.fetched
+                             else "")
+                          + (f", cores {run.machine_busy:.0%} busy" if run.machine_busy
+                             is not None else "") + f"; {load()}", flush=True)
+            print()
+            report(results, records)
+    except BenchError as exc:
+        print(f"bench.share: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    print(f"\ntotal {time.monotonic() - began:.0f} s; {load()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
