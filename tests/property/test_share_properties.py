@@ -1,0 +1,914 @@
+"""Invariants of share mode (KIP-932 share-partitions on the coordination log).
+
+Random logs of share messages by three clients (and a restarted instance of one of them) on
+one share-partition, with some traffic about other share-partitions and a little garbage;
+broker timestamps never go back and advance by up to twice the longest lock. After every
+record the rationalizer's share-partition is compared with an independent model written from
+the rules, and these are checked on the observed states before and after the record:
+
+1. no record is accepted twice; an Acknowledged record, or one below the SPSO, is never
+   Acknowledged or Acquired again;
+2. delivery counts never exceed the delivery limit (Available < limit, Acquired <= limit) and
+   equal the number of acquisitions that granted the record;
+3. SPSO and SPEO never move back, SPSO <= SPEO <= SPSO + inflight limit, and every acquired
+   record lies below SPSO + inflight limit when it is acquired;
+4. an Acquired record has one holder and a lock expiring after its acquisition; it changes
+   holder only through Available (its lock elapsed), never from holder to holder;
+5. only the holder's acknowledgement under a live lock changes a record;
+6. the state is a function of the log prefix: chunked replays with re-deliveries and
+   interleaved queries give the same share-partitions after every prefix;
+7. records about other groups, partitions or topics never change the share-partition.
+
+A seeded simulation of three consumers (crashing, releasing, rejecting, accepting) consumes a
+200-record topic to the end and checks that every record was accepted exactly once or
+archived, with delivery counts matching the grants.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import pytest
+from hypothesis import HealthCheck, Phase, event, given, settings
+from hypothesis import strategies as st
+
+from marshal_py.protocol import (
+    AcknowledgingRecords,
+    AcquiringRecords,
+    InitializingSharePartition,
+    Message,
+    RenewingLocks,
+    ResettingSharePartition,
+    ShareMessage,
+    coordination_partition,
+    encode,
+)
+from marshal_py.world import CoordinationRecord, Outcome, Owner, Rationalizer, RationalizerConfig
+from marshal_py.world import Verdict as V
+from marshal_py.world.share import InFlightRecord, RecordState
+
+AV, AQ, ACK, ARC = (RecordState.AVAILABLE, RecordState.ACQUIRED, RecordState.ACKNOWLEDGED,
+                    RecordState.ARCHIVED)
+COORD = 3
+HI = 2_000  # a group with no sign of life for 2 HI is empty: resets apply
+T_START = 1_700_000_000_000
+Key = tuple[str, str, int]
+MAIN: Key = ("g", "t", 0)
+#: Same topic and coordination partition, other partition; other group; other topic (and
+#: coordination partition).
+OTHERS: list[Key] = [("g", "t", 1), ("h", "t", 0), ("g", "u", 0)]
+KEYS = [MAIN, *OTHERS]
+SENDERS = [Owner("i-a", "a"), Owner("i-b", "b"), Owner("i-c", "c"), Owner("i-a2", "a")]
+LOCK_MIN, LOCK_MAX = 1_000, 5_000
+SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large]
+#: No "explain" phase: tracing every line while re-running long logs makes a failure take
+#: minutes to report.
+PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
+SHARE_OPS = (AcquiringRecords, AcknowledgingRecords, RenewingLocks)
+
+assert coordination_partition("t", COORD) != coordination_partition("u", COORD)
+
+
+def home(key: Key) -> int:
+    return coordination_partition(key[1], COORD)
+
+
+# -- ranges, written independently of marshal_py.protocol.ranges ----------------------------
+
+
+def text_of(offsets: Iterator[int] | list[int] | set[int]) -> str:
+    parts: list[list[int]] = []
+    for o in sorted(set(offsets)):
+        if parts and o == parts[-1][1] + 1:
+            parts[-1][1] = o
+        else:
+            parts.append([o, o])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
+
+
+def offsets_of(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(" (")[0].split(","):
+        first, _, last = part.partition("-")
+        out.extend(range(int(first), int(last or first) + 1))
+    return out
+
+
+# -- an independent model of one share-partition ---------------------------------------------
+
+
+@dataclass
+class Rec:
+    state: RecordState
+    count: int
+    holder: Owner | None = None
+    expiry: int | None = None
+
+
+@dataclass
+class Model:
+    spso: int
+    delivery_limit: int
+    inflight_limit: int
+    speo: int = -1
+    recs: dict[int, Rec] = field(default_factory=dict)
+    exhausted: Counter[int] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self.speo = self.spso
+
+    def get(self, offset: int) -> Rec:
+        return self.recs.get(offset) or Rec(AV, 0)
+
+    def reset(self, start_offset: int) -> None:
+        self.spso = self.speo = start_offset
+        self.recs.clear()
+
+    def _end_attempt(self, offset: int, rec: Rec) -> None:
+        if rec.count >= self.delivery_limit:
+            self.recs[offset] = Rec(ARC, rec.count)
+            self.exhausted[offset] += 1
+        else:
+            self.recs[offset] = Rec(AV, rec.count)
+
+    def _advance(self) -> None:
+        while self.spso < self.speo and self.get(self.spso).state in (ACK, ARC):
+            self.recs.pop(self.spso, None)
+            self.spso += 1
+
+    def apply(self, sender: Owner, message: Message, ts: int) -> tuple[list[int], int]:
+        """Apply an acquire / acknowledge / renew at broker time ``ts``: (applied, ignored)."""
+        for offset, rec in sorted(self.recs.items()):
+            if rec.state is AQ and rec.expiry is not None and rec.expiry <= ts:
+                self._end_attempt(offset, rec)
+        self._advance()
+        assert isinstance(message, SHARE_OPS)
+        applied: list[int] = []
+        offsets = offsets_of(message.ranges)
+        for offset in offsets:
+            rec = self.get(offset)
+            if isinstance(message, AcquiringRecords):
+                if (self.spso <= offset < self.spso + self.inflight_limit
+                        and rec.state is AV):
+                    self.recs[offset] = Rec(AQ, rec.count + 1, sender, ts + message.lock_ms)
+                    self.speo = max(self.speo, offset + 1)
+                    applied.append(offset)
+                continue
+            if rec.state is not AQ or rec.holder != sender or rec.expiry is None \
+                    or rec.expiry <= ts:
+                continue
+            applied.append(offset)
+            if isinstance(message, RenewingLocks):
+                rec.expiry = ts + message.lock_ms
+            elif message.kind == "accept":
+                self.recs[offset] = Rec(ACK, rec.count)
+            elif message.kind == "reject":
+                self.recs[offset] = Rec(ARC, rec.count)
+            else:
+                self._end_attempt(offset, rec)
+        self._advance()
+        return applied, len(offsets) - len(applied)
+
+    def view(self, now: int | None = None) -> tuple[tuple[Any, ...], ...]:
+        out = []
+        for offset in range(self.spso, self.speo):
+            rec = self.get(offset)
+            state, holder, expiry = rec.state, rec.holder, rec.expiry
+            if now is not None and state is AQ and expiry is not None and expiry <= now:
+                state = ARC if rec.count >= self.delivery_limit else AV
+                holder, expiry = None, None
+            out.append((offset, state, rec.count, holder, expiry))
+        return tuple(out)
+
+
+# -- snapshots of the rationalizer -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snap:
+    spso: int
+    speo: int
+    recs: tuple[InFlightRecord, ...]
+    exhausted: tuple[tuple[int, int], ...]
+
+    def get(self, offset: int) -> InFlightRecord | None:
+        """The record at ``offset``; None below the SPSO (done); Available from the SPEO."""
+        if offset < self.spso:
+            return None
+        if offset >= self.speo:
+            return InFlightRecord(offset, AV, 0, None, None)
+        return self.recs[offset - self.spso]
+
+    def rows(self) -> tuple[tuple[Any, ...], ...]:
+        return tuple((r.offset, r.state, r.delivery_count, r.holder, r.lock_expiry_ms)
+                     for r in self.recs)
+
+
+def snap(r: Rationalizer, key: Key) -> Snap | None:
+    share = r.share_partition(*key)
+    if share is None:
+        return None
+    return Snap(share.spso, share.speo, tuple(share.in_flight()),
+                tuple(sorted(Counter(share.exhausted).items())))
+
+
+def snaps(r: Rationalizer) -> dict[Key, Snap | None]:
+    return {key: snap(r, key) for key in KEYS}
+
+
+def model_snap(m: Model) -> tuple[Any, ...]:
+    return m.spso, m.speo, m.view(), tuple(sorted(m.exhausted.items()))
+
+
+def snap_tuple(s: Snap) -> tuple[Any, ...]:
+    return s.spso, s.speo, s.rows(), s.exhausted
+
+
+# -- random logs -----------------------------------------------------------------------------
+
+
+@dataclass
+class Sent:
+    """A well-formed share message written on its home coordination partition."""
+
+    key: Key
+    sender: Owner
+    message: ShareMessage
+
+
+@dataclass
+class Writer:
+    records: list[CoordinationRecord] = field(default_factory=list)
+    sent: list[Sent | None] = field(default_factory=list)
+    positions: list[int] = field(default_factory=lambda: [0] * COORD)
+    now: int = T_START
+
+    def raw(self, value: bytes | None, partition: int, sent: Sent | None = None
+            ) -> CoordinationRecord:
+        record = CoordinationRecord(partition, self.positions[partition], self.now, value)
+        self.positions[partition] += 1
+        self.records.append(record)
+        self.sent.append(sent)
+        return record
+
+    def send(self, key: Key, sender: Owner, message_type: type[ShareMessage],
+             **fields: Any) -> CoordinationRecord:
+        message = message_type(0, sender.instance_id, sender.client_id, key[0], key[1], key[2],
+                                **fields)
+        return self.raw(encode(message), home(key), Sent(key, sender, message))
+
+
+GARBAGE = [
+    b"\xff\xfe not text",
+    b"AcquiringRecords/2/0/i-a/a/g/t/0/0-3/0",           # lock_ms out of range
+    b"AcquiringRecords/2/0/i-a/a/g/t/0/3-1/1000",        # bad range
+    b"AcknowledgingRecords/2/0/i-a/a/g/t/0/0-3/maybe",   # bad kind
+    b"AcknowledgingRecords/2/0/i-a/a/g/t/0/0,0/accept",  # overlapping ranges
+    b"RenewingLocks/1/0/i-a/a/g/t/0/0-3/1000",           # share messages start at v2
+    b"InitializingSharePartition/2/0/i-a/a/g/t/0/0/1/5",  # delivery limit below 2
+    b"Nonsense/2/x",
+]
+
+
+class Op(NamedTuple):
+    """One record to write; ``aim`` picks its offsets from the state when it is written."""
+
+    kind: str
+    key: Key
+    sender: Owner
+    dt: int
+    lock_ms: int
+    ack_kind: str
+    aim: str
+    mask: int | None  # which of the aimed offsets (bits), None: all
+    n: int            # how many offsets a fetch asks for
+    raw: frozenset[int]
+    init: tuple[int, int, int]
+    garbage: int
+
+
+OPS = st.builds(
+    Op,
+    kind=st.sampled_from(["acquire"] * 4 + ["ack"] * 4 + ["renew"] * 2
+                         + ["init", "garbage", "reset"]),
+    key=st.sampled_from([MAIN] * 6 + OTHERS),
+    sender=st.sampled_from(SENDERS),
+    dt=st.one_of(st.just(0), st.integers(0, 1_000), st.integers(0, 1_000),
+                 st.integers(0, 2 * LOCK_MAX)),
+    lock_ms=st.integers(LOCK_MIN, LOCK_MAX),
+    ack_kind=st.sampled_from(["accept", "accept", "release", "reject"]),
+    aim=st.sampled_from(["aimed", "aimed", "any", "raw"]),
+    mask=st.one_of(st.none(), st.integers(0, 2**16 - 1)),
+    n=st.integers(1, 6),
+    raw=st.frozensets(st.integers(0, 24), min_size=1, max_size=6),
+    init=st.tuples(st.integers(0, 4), st.integers(2, 5), st.integers(2, 10)),
+    garbage=st.integers(0, len(GARBAGE) + 2),
+)
+MAIN_INIT = st.tuples(st.integers(0, 4), st.integers(2, 5), st.integers(3, 8))
+LATER = st.integers(0, 2 * LOCK_MAX)
+#: A chunk of a replay: which partition, how many records, a re-delivery, a query.
+CHUNKS = st.tuples(st.integers(0, COORD - 1), st.integers(1, 6),
+                   st.one_of(st.none(), st.integers(0, 1_000)),
+                   st.one_of(st.none(), st.tuples(st.integers(-LOCK_MAX, 200 * LOCK_MAX),
+                                                  st.integers(0, 30))))
+
+
+def offsets_for(op: Op, r: Rationalizer, now: int) -> tuple[Owner, str]:
+    """The sender and ranges of ``op``'s record (an aimed acknowledgement or renewal comes
+    from a holder, of what it holds)."""
+    share = r.share_partition(*op.key)
+    chosen: list[int] = []
+    sender = op.sender
+    if share is not None and op.aim != "raw":
+        view = share.in_flight(now)
+        if op.aim == "any":
+            chosen = [x.offset for x in view]
+        elif op.kind != "acquire":
+            holders = [x.holder for x in view if x.state is AQ and x.holder is not None]
+            if holders and sender not in holders:
+                sender = holders[op.n % len(holders)]
+            chosen = [x.offset for x in view if x.state is AQ and x.holder == sender]
+        else:  # the next Available offsets, as a fetch asks for them
+            chosen = [x.offset for x in view if x.state is AV]
+            chosen = (chosen + list(range(share.speo, share.speo + op.n)))[:op.n]
+        if op.mask is not None and op.kind != "acquire":
+            chosen = [o for i, o in enumerate(chosen) if op.mask >> (i % 16) & 1]
+    return sender, text_of(chosen or op.raw)
+
+
+def write_op(op: Op, w: Writer, r: Rationalizer) -> CoordinationRecord:
+    """Append the record ``op`` describes (looking at ``r`` to aim it)."""
+    w.now += op.dt
+    sender = op.sender
+    if op.kind == "garbage":
+        if op.garbage < len(GARBAGE):
+            return w.raw(GARBAGE[op.garbage], home(MAIN))
+        if op.garbage == len(GARBAGE):
+            return w.raw(None, home(MAIN))
+        # A well-formed acquisition of the main share-partition on the wrong coordination
+        # partition (misplaced), or of a partition that was never initialized.
+        misplaced = op.garbage == len(GARBAGE) + 1
+        message = AcquiringRecords(0, sender.instance_id, sender.client_id, "g", "t",
+                                   0 if misplaced else 9, "0-30", LOCK_MAX)
+        if misplaced:
+            return w.raw(encode(message), (home(MAIN) + 1) % COORD)
+        return w.raw(encode(message), home(MAIN), Sent(("g", "t", 9), sender, message))
+    if op.kind == "reset":
+        return w.send(op.key, sender, ResettingSharePartition, start_offset=op.init[0])
+    if op.kind == "init":
+        start, limit, inflight = op.init
+        return w.send(op.key, sender, InitializingSharePartition, start_offset=start,
+                      delivery_limit=limit, inflight_limit=inflight)
+    sender, ranges = offsets_for(op, r, w.now)
+    if op.kind == "acquire":
+        return w.send(op.key, sender, AcquiringRecords, ranges=ranges, lock_ms=op.lock_ms)
+    if op.kind == "renew":
+        return w.send(op.key, sender, RenewingLocks, ranges=ranges, lock_ms=op.lock_ms)
+    return w.send(op.key, sender, AcknowledgingRecords, ranges=ranges, kind=op.ack_kind)
+
+
+def draw_log(data: st.DataObject, r: Rationalizer, min_size: int, max_size: int,
+             check: Callable[[Writer, CoordinationRecord, Outcome], None] | None = None,
+             resets: bool = True) -> Writer:
+    """A random log, applied to ``r`` as it is written: a few records, the main
+    initialization, then anything (resets only if ``resets``). ``check`` is called after
+    each record."""
+    w = Writer()
+    main_init_at = data.draw(st.integers(0, 2))
+    for i in range(data.draw(st.integers(min_size, max_size))):
+        if i == main_init_at:
+            start, limit, inflight = data.draw(MAIN_INIT)
+            w.send(MAIN, SENDERS[i], InitializingSharePartition, start_offset=start,
+                   delivery_limit=limit, inflight_limit=inflight)
+        else:
+            op = data.draw(OPS)
+            write_op(op if resets or op.kind != "reset" else op._replace(kind="acquire"), w, r)
+        outcome = r.apply(w.records[-1])
+        if check is not None:
+            check(w, w.records[-1], outcome)
+    return w
+
+
+# -- the per-record checks -------------------------------------------------------------------
+
+
+@dataclass
+class Tracker:
+    """What the log did to the main share-partition so far, from the observed states."""
+
+    accepted: Counter[int] = field(default_factory=Counter)
+    archived: set[int] = field(default_factory=set)
+    grants: Counter[int] = field(default_factory=Counter)
+    acquired_at: dict[int, int] = field(default_factory=dict)
+
+    def clear(self) -> None:
+        """A reset starts the share-partition over: records may be delivered again."""
+        self.accepted.clear()
+        self.archived.clear()
+        self.grants.clear()
+        self.acquired_at.clear()
+
+
+def check_transition(b: Snap | None, a: Snap | None, sent: Sent | None, outcome: Outcome,
+                     ts: int, t: Tracker, delivery_limit: int) -> None:
+    """Properties 1-5 and 7 for the main share-partition across one record."""
+    about_main = sent is not None and sent.key == MAIN
+    if not about_main:
+        assert a == b, "a record about something else changed the share-partition"  # 7
+        return
+    assert sent is not None
+    if a is None:
+        assert b is None
+        return
+    if b is None:  # initialized by this record
+        assert isinstance(sent.message, InitializingSharePartition)
+        assert (a.spso, a.speo, a.recs) == ((sent.message.start_offset,) * 2 + ((),))
+        return
+    message, sender = sent.message, sent.sender
+    if isinstance(message, ResettingSharePartition):
+        if outcome.verdict is V.SHARE_RESET:  # only when the group is empty (the model says)
+            assert (a.spso, a.speo, a.recs) == ((message.start_offset,) * 2 + ((),))
+            assert a.exhausted == b.exhausted
+            t.clear()
+            event("reset applied")
+        else:
+            assert a == b
+            event("reset ignored: the group has live members")
+        return
+    share_op = isinstance(message, SHARE_OPS)
+    applied = set(offsets_of(outcome.detail)) if outcome.verdict in (
+        V.RECORDS_ACQUIRED, V.RECORDS_ACKNOWLEDGED, V.LOCKS_RENEWED) else set()
+    limit_hits = Counter(dict(a.exhausted)) - Counter(dict(b.exhausted))
+    # 3. SPSO and SPEO only grow; the in-flight window is bounded.
+    assert b.spso <= a.spso <= a.speo and b.speo <= a.speo
+    for offset in range(b.spso, max(a.speo, b.speo)):
+        before, after = b.get(offset), a.get(offset)
+        assert before is not None
+        assert offset not in limit_hits or limit_hits[offset] == 1
+        if after is not None and after.state is AQ and (
+                before.state is not AQ or before.holder != after.holder
+                or before.delivery_count != after.delivery_count):
+            # A grant: only an acquisition by the new holder, of a record that was Available
+            # (or whose lock elapsed before this record) - never from holder to holder (4).
+            assert isinstance(message, AcquiringRecords) and after.holder == sender
+            assert offset in applied
+            assert before.state is AV or (before.state is AQ and before.lock_expiry_ms is not None
+                                          and before.lock_expiry_ms <= ts)
+            assert after.delivery_count == before.delivery_count + 1
+            assert after.lock_expiry_ms == ts + message.lock_ms > ts
+            assert offset not in t.accepted and offset not in t.archived  # 1
+            t.grants[offset] += 1
+            t.acquired_at[offset] = ts
+            event("acquired again after the lock elapsed" if before.state is AQ
+                  else "acquired" if before.delivery_count == 0 else "acquired again")
+            continue
+        assert offset not in applied or not isinstance(message, AcquiringRecords)
+        if before.state is AQ:
+            assert before.holder is not None and before.lock_expiry_ms is not None
+            elapsed = share_op and before.lock_expiry_ms <= ts
+            held = (share_op and before.holder == sender and not elapsed)
+            if (isinstance(message, AcknowledgingRecords) and before.holder != sender
+                    and offset in offsets_of(message.ranges)):
+                event("acknowledged by a non-holder: ignored")
+            if after is not None and after.state is AQ:
+                # Still held by the same attempt: the lock moves only by the holder's renewal.
+                assert not elapsed
+                assert offset not in applied or (isinstance(message, RenewingLocks) and held)
+                if after.lock_expiry_ms != before.lock_expiry_ms:
+                    assert isinstance(message, RenewingLocks) and held and offset in applied
+                    assert after.lock_expiry_ms == ts + message.lock_ms
+                continue
+            ended = after.state if after is not None else None  # None: now below the SPSO
+            if isinstance(message, AcknowledgingRecords) and held and offset in applied:
+                event(f"acknowledged: {message.kind}")
+                if message.kind == "accept":  # 1, 5
+                    assert ended in (ACK, None)
+                    assert offset not in t.accepted and offset not in t.archived
+                    t.accepted[offset] += 1
+                elif message.kind == "reject":
+                    assert ended in (ARC, None)
+                    t.archived.add(offset)
+                elif before.delivery_count >= delivery_limit:
+                    assert ended in (ARC, None) and limit_hits[offset] == 1
+                    t.archived.add(offset)
+                else:
+                    assert ended is AV and after is not None
+                    assert after.delivery_count == before.delivery_count
+                continue
+            # 5: nothing but the lock elapsing ends an attempt without the holder's ack.
+            assert elapsed, f"offset {offset} changed without its holder's acknowledgement"
+            assert offset not in applied
+            event("lock elapsed at the limit" if before.delivery_count >= delivery_limit
+                  else "lock elapsed")
+            if isinstance(message, AcknowledgingRecords) and offset in offsets_of(message.ranges):
+                event("acknowledged after the lock elapsed: ignored")
+            if before.delivery_count >= delivery_limit:
+                assert ended in (ARC, None) and limit_hits[offset] == 1
+                t.archived.add(offset)
+            else:
+                assert ended is AV and after is not None
+                assert after.delivery_count == before.delivery_count
+            continue
+        # Available, Acknowledged and Archived records change only as the SPSO passes them.
+        assert offset not in applied
+        if after is None:
+            assert before.state in (ACK, ARC), f"offset {offset} left Available below the SPSO"
+        else:
+            assert after == before
+    # The SPSO passed only finished records; each finished one was accepted or archived.
+    for offset in range(b.spso, a.spso):
+        assert (t.accepted[offset] == 1) != (offset in t.archived)
+    assert not limit_hits.keys() - t.archived
+    if share_op:
+        assert all(x.lock_expiry_ms is not None and x.lock_expiry_ms > ts
+                   for x in a.recs if x.state is AQ)
+
+
+def check_state(a: Snap, delivery_limit: int, inflight_limit: int, t: Tracker) -> None:
+    """Properties 1-4 on one state of the main share-partition."""
+    assert a.speo - a.spso <= inflight_limit  # 3
+    assert [x.offset for x in a.recs] == list(range(a.spso, a.speo))
+    for x in a.recs:
+        assert 0 <= x.delivery_count <= delivery_limit  # 2
+        assert x.delivery_count == t.grants[x.offset]
+        if x.state is AV:
+            assert x.delivery_count < delivery_limit
+            assert x.holder is None and x.lock_expiry_ms is None
+        elif x.state is AQ:
+            assert 1 <= x.delivery_count <= delivery_limit
+            assert x.holder is not None and x.lock_expiry_ms is not None  # 4
+            assert x.lock_expiry_ms > t.acquired_at[x.offset]
+            assert t.accepted[x.offset] == 0 and x.offset not in t.archived  # 1
+        elif x.state is ACK:
+            assert t.accepted[x.offset] == 1 and x.offset not in t.archived
+        else:
+            assert x.offset in t.archived and t.accepted[x.offset] == 0
+        if x.state is not AQ:
+            assert x.holder is None and x.lock_expiry_ms is None
+    assert all(n == 1 for n in t.accepted.values())
+    assert not t.archived & set(t.accepted)
+
+
+@dataclass
+class World:
+    """The model of every share-partition, and when each (group, topic) last showed life."""
+
+    models: dict[Key, Model] = field(default_factory=dict)
+    last_life: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def empty(self, key: Key, ts: int) -> bool:
+        """No member of the key's group showed life on its topic in the last 2 HI."""
+        last = self.last_life.get(key[:2])
+        return last is None or ts - last > 2 * HI
+
+    def expect(self, sent: Sent, ts: int) -> tuple[V, str | None, int]:
+        """The verdict, detail (None: not compared) and ignored offsets of ``sent``."""
+        message = sent.message
+        model = self.models.get(sent.key)
+        if isinstance(message, InitializingSharePartition):
+            if model is not None:
+                return V.SHARE_IGNORED, "already initialized", 0
+            self.models[sent.key] = Model(message.start_offset, message.delivery_limit,
+                                          message.inflight_limit)
+            return V.SHARE_INITIALIZED, None, 0
+        if model is None:
+            return V.SHARE_IGNORED, "share-partition not initialized", 0
+        if isinstance(message, ResettingSharePartition):
+            if not self.empty(sent.key, ts):
+                return V.SHARE_IGNORED, None, 0
+            model.reset(message.start_offset)
+            return V.SHARE_RESET, f"SPSO {message.start_offset}", 0
+        applied, ignored = model.apply(sent.sender, message, ts)
+        if not applied:
+            return V.SHARE_IGNORED, f"{ignored} offsets did not apply", ignored
+        self.last_life[sent.key[:2]] = ts  # applied share records are a sign of life
+        verdict = {AcquiringRecords: V.RECORDS_ACQUIRED,
+                   AcknowledgingRecords: V.RECORDS_ACKNOWLEDGED,
+                   RenewingLocks: V.LOCKS_RENEWED}[type(message)]
+        detail = text_of(applied) + (f" ({ignored} offsets did not apply)" if ignored else "")
+        return verdict, detail, ignored
+
+
+# -- the properties --------------------------------------------------------------------------
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=SUPPRESS, phases=PHASES)
+@given(st.data())
+def test_share_partition_invariants_after_every_record(data: st.DataObject) -> None:
+    r = Rationalizer(RationalizerConfig(COORD, HI))
+    solo = Rationalizer(RationalizerConfig(COORD, HI))
+    world = World()
+    models = world.models
+    t = Tracker()
+    previous = {"snaps": snaps(r), "ignored": 0}
+
+    def check(w: Writer, record: CoordinationRecord, outcome: Outcome) -> None:
+        sent, ts = w.sent[-1], record.timestamp_ms
+        before, after = previous["snaps"], snaps(r)
+        assert isinstance(before, dict)
+        # Against the model: verdict, detail, ignored offsets and the whole state.
+        ignored = 0
+        if sent is None:
+            assert outcome.verdict in (V.MALFORMED, V.TOMBSTONE, V.UNKNOWN_TYPE, V.MISPLACED,
+                                       V.UNKNOWN_VERSION)
+        else:
+            verdict, detail, ignored = world.expect(sent, ts)
+            assert outcome.verdict is verdict
+            if detail is not None:
+                assert outcome.detail == detail
+        assert r.share_ignored_offsets == previous["ignored"] + ignored
+        for key in KEYS:
+            got, model = after[key], models.get(key)
+            assert (got is None) == (model is None)
+            if got is not None and model is not None:
+                assert snap_tuple(got) == model_snap(model)
+        # The observed transition of the main share-partition, on its own terms.
+        limit = models[MAIN].delivery_limit if MAIN in models else 0
+        check_transition(before[MAIN], after[MAIN], sent, outcome, ts, t, limit)
+        main = after[MAIN]
+        if main is not None:
+            m = models[MAIN]
+            check_state(main, m.delivery_limit, m.inflight_limit, t)
+            # A query at a later time shows what the next record will find; it changes
+            # nothing.
+            share = r.share_partition(*MAIN)
+            assert share is not None
+            later = ts + data.draw(LATER)
+            assert tuple((x.offset, x.state, x.delivery_count, x.holder, x.lock_expiry_ms)
+                         for x in share.in_flight(later)) == m.view(later)
+            assert snap(r, MAIN) == main
+            if (sent is not None and sent.key == MAIN
+                    and isinstance(sent.message, AcquiringRecords)
+                    and max(offsets_of(sent.message.ranges)) >= main.spso + m.inflight_limit):
+                event("acquisition beyond the in-flight limit")
+        # 7: a log holding only the records about the main share-partition's group and topic
+        # (whose signs of life decide whether a reset applies) gives the same state.
+        if sent is not None and sent.key[:2] == MAIN[:2]:
+            solo.apply(record)
+        assert snap(solo, MAIN) == main
+        previous["snaps"], previous["ignored"] = after, r.share_ignored_offsets
+
+    draw_log(data, r, 5, 70, check)
+    for key in KEYS:
+        share = r.share_partition(*key)
+        if share is not None:
+            assert Counter(share.exhausted) == models[key].exhausted
+
+
+def prefix_snaps(records: list[CoordinationRecord]) -> dict[int, list[dict[Key, Any]]]:
+    """For each coordination partition, the state of its keys after each of its prefixes."""
+    out: dict[int, list[dict[Key, Any]]] = {}
+    for p in range(COORD):
+        r = Rationalizer(RationalizerConfig(COORD, HI))
+        keys = [k for k in KEYS if home(k) == p]
+        states = [{k: snap(r, k) for k in keys}]
+        for record in records:
+            if record.partition == p:
+                r.apply(record)
+                states.append({k: snap(r, k) for k in keys})
+        out[p] = states
+    return out
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=SUPPRESS, phases=PHASES)
+@given(st.data())
+def test_state_is_a_function_of_the_log_prefix(data: st.DataObject) -> None:
+    w = draw_log(data, Rationalizer(RationalizerConfig(COORD, HI)), 5, 60)
+    records = w.records
+    straight = Rationalizer(RationalizerConfig(COORD, HI))
+    verdicts = {(o.record.partition, o.record.position): (o.verdict, o.detail)
+                for o in map(straight.apply, records)}
+    prefixes = prefix_snaps(records)
+    assert {k: prefixes[home(k)][-1][k] for k in KEYS} == snaps(straight)
+
+    chunked = Rationalizer(RationalizerConfig(COORD, HI))
+    seen: dict[tuple[int, int], tuple[V, str]] = {}
+
+    def note(o: Outcome) -> None:
+        if o.verdict is not V.DUPLICATE:
+            where = (o.record.partition, o.record.position)
+            assert where not in seen
+            seen[where] = (o.verdict, o.detail)
+
+    chunked.observe(note)
+    queues = {p: [x for x in records if x.partition == p] for p in range(COORD)}
+    done = dict.fromkeys(range(COORD), 0)
+    delivered: list[CoordinationRecord] = []
+    while any(queues.values()):
+        which, take, redeliver, query = data.draw(CHUNKS)
+        p = [p for p, q in queues.items() if q][which % COORD % sum(map(bool, queues.values()))]
+        chunk, queues[p] = queues[p][:take], queues[p][take:]
+        if delivered and redeliver is not None:  # a re-delivery after a reconnect
+            chunked.apply_all(delivered[-(1 + redeliver % len(delivered)):])
+        chunked.apply_all(chunk)
+        delivered.extend(chunk)
+        done[p] += len(chunk)
+        if query is not None:  # queries at any time, of any record, change nothing
+            when, offset = T_START + query[0], query[1]
+            for key in KEYS:
+                share = chunked.share_partition(*key)
+                if share is not None:
+                    share.in_flight(when)
+                    share.counts(when)
+                    share.record(offset)
+                    chunked.acquired_by(SENDERS[0], *key, when)
+        for key in KEYS:
+            assert snap(chunked, key) == prefixes[home(key)][done[home(key)]][key]
+    assert seen == verdicts
+    assert chunked.share_ignored_offsets == straight.share_ignored_offsets
+    for key in KEYS:
+        a, b = chunked.share_partition(*key), straight.share_partition(*key)
+        assert (a is None) == (b is None)
+        if a is not None and b is not None:
+            assert a.exhausted == b.exhausted
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=SUPPRESS, phases=PHASES)
+@given(st.data())
+def test_other_share_partitions_never_change_this_one(data: st.DataObject) -> None:
+    """7, directly: interleaving any log about the other keys leaves the main one unchanged."""
+    # Without resets: whether a reset applies depends on signs of life of the whole group.
+    w = draw_log(data, Rationalizer(RationalizerConfig(COORD, HI)), 5, 50, resets=False)
+    main_only = [x for x, s in zip(w.records, w.sent, strict=True)
+                 if s is not None and s.key == MAIN]
+    others = [x for x, s in zip(w.records, w.sent, strict=True)
+              if s is None or s.key != MAIN]
+    alone = Rationalizer(RationalizerConfig(COORD, HI))
+    alone_states = [snap(alone, MAIN)]
+    for x in main_only:
+        alone.apply(x)
+        alone_states.append(snap(alone, MAIN))
+    # Re-interleave the other records arbitrarily (positions renumbered per partition; their
+    # times are kept, so they may even go back: the main share-partition must not care).
+    positions = [0] * COORD
+    i = j = 0
+    mixed = Rationalizer(RationalizerConfig(COORD, HI))
+    order = iter(data.draw(st.lists(st.booleans(), min_size=len(w.records),
+                                    max_size=len(w.records))))
+    while i < len(main_only) or j < len(others):
+        take_main = j == len(others) or (i < len(main_only) and next(order))
+        x = main_only[i] if take_main else others[j]
+        mixed.apply(CoordinationRecord(x.partition, positions[x.partition], x.timestamp_ms,
+                                       x.value))
+        positions[x.partition] += 1
+        i, j = (i + 1, j) if take_main else (i, j + 1)
+        assert snap(mixed, MAIN) == alone_states[i]
+
+
+# -- a huge range in one small record --------------------------------------------------------
+
+
+class _Slow(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: object) -> None:
+    raise _Slow
+
+
+@pytest.mark.parametrize("kind", ["acquire", "ack", "renew"])
+def test_a_huge_range_costs_no_more_than_the_in_flight_window(kind: str) -> None:
+    """One small record naming offsets 0-2^62 must not stall the readers of the log (it did
+    until the ranges were clipped to the in-flight window)."""
+    w = Writer()
+    a = SENDERS[0]
+    w.send(MAIN, a, InitializingSharePartition, start_offset=0, delivery_limit=5,
+           inflight_limit=10)
+    w.send(MAIN, a, AcquiringRecords, ranges="0-9", lock_ms=LOCK_MAX)
+    huge = f"0-{2**62}"
+    if kind == "acquire":
+        w.send(MAIN, SENDERS[1], AcquiringRecords, ranges=huge, lock_ms=LOCK_MAX)
+    elif kind == "ack":
+        w.send(MAIN, a, AcknowledgingRecords, ranges=huge, kind="accept")
+    else:
+        w.send(MAIN, a, RenewingLocks, ranges=huge, lock_ms=LOCK_MAX)
+    r = Rationalizer(RationalizerConfig(COORD, HI))
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        outcomes = [r.apply(x) for x in w.records]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    share = r.share_partition(*MAIN)
+    assert share is not None
+    if kind == "acquire":
+        assert outcomes[-1].verdict is V.SHARE_IGNORED
+        assert r.share_ignored_offsets == 2**62 + 1
+        assert [x.holder for x in share.in_flight()] == [a] * 10
+    else:
+        assert outcomes[-1].detail == f"0-9 ({2**62 + 1 - 10} offsets did not apply)"
+        assert r.share_ignored_offsets == 2**62 + 1 - 10
+        assert share.spso == (10 if kind == "ack" else 0)
+
+
+# -- a simulation of three consumers ---------------------------------------------------------
+
+
+TOPIC_SIZE = 200
+
+
+@dataclass
+class SimConsumer:
+    client: str
+    instance: int = 0
+    holding: list[int] = field(default_factory=list)  # granted, as the consumer believes
+    down_until: int = 0
+
+    @property
+    def owner(self) -> Owner:
+        return Owner(f"{self.client}-{self.instance}", self.client)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_three_consumers_consume_a_topic_each_record_accepted_once_or_archived(
+        seed: int) -> None:
+    rng = random.Random(seed)
+    lock_ms, delivery_limit, inflight_limit = 2_000, 3, 24
+    w = Writer()
+    r = Rationalizer(RationalizerConfig(COORD, HI))
+    grants: Counter[int] = Counter()
+    accepted: Counter[int] = Counter()
+    rejected: set[int] = set()
+
+    def send(c: SimConsumer, message_type: type[ShareMessage], **fields: Any) -> list[int]:
+        outcome = r.apply(w.send(MAIN, c.owner, message_type, **fields))
+        applied = offsets_of(outcome.detail) if outcome.verdict.applied else []
+        if message_type is AcquiringRecords:
+            grants.update(applied)
+        elif message_type is AcknowledgingRecords and fields["kind"] == "accept":
+            accepted.update(applied)
+        elif message_type is AcknowledgingRecords and fields["kind"] == "reject":
+            rejected.update(applied)
+        share = r.share_partition(*MAIN)
+        assert share is not None
+        for x in share.in_flight():
+            assert x.delivery_count == grants[x.offset] <= delivery_limit
+        return applied
+
+    w.send(MAIN, Owner("admin", "admin"), InitializingSharePartition, start_offset=0,
+           delivery_limit=delivery_limit, inflight_limit=inflight_limit)
+    r.apply(w.records[-1])
+    share = r.share_partition(*MAIN)
+    assert share is not None
+    consumers = [SimConsumer(c) for c in "abc"]
+    stale_acks = crashes = 0
+    for _ in range(50_000):
+        if share.spso >= TOPIC_SIZE:
+            break
+        w.now += rng.randint(0, 700)
+        c = rng.choice(consumers)
+        if c.down_until > w.now:
+            continue
+        if c.down_until:  # restarted: a new instance that remembers nothing
+            c.down_until, c.instance, c.holding = 0, c.instance + 1, []
+        if c.holding:
+            roll = rng.random()
+            if roll < 0.04:  # crash: its locks elapse
+                c.down_until = w.now + rng.randint(lock_ms, 3 * lock_ms)
+                crashes += 1
+                continue
+            if roll < 0.08:
+                send(c, RenewingLocks, ranges=text_of(c.holding), lock_ms=lock_ms)
+                continue
+            batch = c.holding[:rng.randint(1, len(c.holding))]
+            by_kind: dict[str, list[int]] = {}
+            for offset in batch:
+                kind = rng.choices(["accept", "release", "reject"], [85, 10, 5])[0]
+                by_kind.setdefault(kind, []).append(offset)
+            for kind, offsets in by_kind.items():
+                applied = send(c, AcknowledgingRecords, ranges=text_of(offsets), kind=kind)
+                stale_acks += len(offsets) - len(applied)
+            c.holding = [o for o in c.holding if o not in batch]
+            continue
+        # Fetch: ask for the next Available records of the topic.
+        view = share.in_flight(w.now)
+        wanted = [x.offset for x in view if x.state is AV]
+        wanted += range(share.speo, min(TOPIC_SIZE, share.speo + 10))
+        wanted = [o for o in wanted if o < TOPIC_SIZE][:rng.randint(1, 8)]
+        if wanted:
+            c.holding = send(c, AcquiringRecords, ranges=text_of(wanted), lock_ms=lock_ms)
+    else:
+        pytest.fail(f"the topic was not consumed: SPSO {share.spso}")
+
+    exhausted = Counter(share.exhausted)
+    archived = rejected | set(exhausted)
+    assert not rejected & set(exhausted)
+    assert all(n == 1 for n in exhausted.values())
+    assert all(n == 1 for n in accepted.values()), "a record was accepted twice"
+    assert not archived & set(accepted)
+    assert set(accepted) | archived == set(range(TOPIC_SIZE))
+    assert sum(accepted.values()) + len(archived) == TOPIC_SIZE
+    assert all(grants[o] == delivery_limit for o in exhausted)  # only at the limit
+    assert all(1 <= grants[o] <= delivery_limit for o in range(TOPIC_SIZE))
+    assert share.spso == share.speo == TOPIC_SIZE and share.in_flight() == []
+    # The run exercised what it claims to: crashes, redeliveries, stale acknowledgements.
+    assert crashes and stale_acks and max(grants.values()) > 1
