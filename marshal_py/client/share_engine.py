@@ -36,6 +36,7 @@ from marshal_py.protocol.messages import (
     DEFAULT_INFLIGHT_LIMIT,
     DEFAULT_LOCK_MS,
     MAX_DELIVERY_LIMIT,
+    MAX_INFLIGHT_LIMIT,
     MAX_LOCK_MS,
     MIN_DELIVERY_LIMIT,
     MIN_LOCK_MS,
@@ -76,8 +77,8 @@ class ShareConfig:
             raise ConfigurationError("lock duration must be between 1 s and 1 h")
         if not MIN_DELIVERY_LIMIT <= self.delivery_limit <= MAX_DELIVERY_LIMIT:
             raise ConfigurationError("delivery attempt limit must be between 2 and 10")
-        if self.inflight_limit < 1:
-            raise ConfigurationError("in-flight limit must be >= 1")
+        if not 1 <= self.inflight_limit <= MAX_INFLIGHT_LIMIT:
+            raise ConfigurationError(f"in-flight limit must be between 1 and {MAX_INFLIGHT_LIMIT}")
         if self.batch_size < 1:
             raise ConfigurationError("batch size must be >= 1")
         if self.offset_reset not in ("latest", "earliest"):

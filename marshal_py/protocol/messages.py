@@ -18,6 +18,9 @@ from marshal_py.protocol.ranges import parse_ranges
 MIN_DELIVERY_LIMIT, MAX_DELIVERY_LIMIT, DEFAULT_DELIVERY_LIMIT = 2, 10, 5
 MIN_LOCK_MS, MAX_LOCK_MS, DEFAULT_LOCK_MS = 1_000, 3_600_000, 30_000
 DEFAULT_INFLIGHT_LIMIT = 2_000
+#: KIP-932 bounds the per-partition lock limit at 10,000; so do we, which also bounds the
+#: work any single share record can cause a reader.
+MAX_INFLIGHT_LIMIT = 10_000
 ACK_KINDS = frozenset({"accept", "release", "reject"})
 
 
@@ -126,8 +129,10 @@ class InitializingSharePartition(ShareMessage):
             raise ValueError("start_offset < 0")
         if not MIN_DELIVERY_LIMIT <= self.delivery_limit <= MAX_DELIVERY_LIMIT:
             raise ValueError(f"delivery_limit {self.delivery_limit} outside 2..10")
-        if self.inflight_limit < 1:
-            raise ValueError("inflight_limit < 1")
+        if not 1 <= self.inflight_limit <= MAX_INFLIGHT_LIMIT:
+            raise ValueError(
+                f"inflight_limit {self.inflight_limit} outside 1..{MAX_INFLIGHT_LIMIT}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
