@@ -60,7 +60,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
 from marshal_py import Consumer, Marshaler
 from marshal_py.client import BrokerClock
-from marshal_py.client.engine import Mode
+from marshal_py.client.engine_types import Mode
 from marshal_py.devbroker import KAFKA_VERSION, DevBroker
 
 HI_S = 1.0

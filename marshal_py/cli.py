@@ -26,7 +26,7 @@ from marshal_py.admin.world_view import (
     state_rows,
 )
 from marshal_py.client.consumer import Consumer
-from marshal_py.client.engine import Balance, Mode, OffsetReset
+from marshal_py.client.engine_types import Balance, Mode, OffsetReset
 from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
 from marshal_py.errors import MarshalError
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig

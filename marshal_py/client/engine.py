@@ -13,12 +13,19 @@ import logging
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
 
+from marshal_py.client.channel import CoordinationChannel
+from marshal_py.client.engine_types import (
+    Balance,
+    EngineClock,
+    Mode,
+    OffsetReset,
+    PartitionSource,
+)
 from marshal_py.client.offsets import CommitTracker
 from marshal_py.errors import ClientIdInUseError, ConfigurationError, MarshalError
 from marshal_py.log.base import CoordinationLog
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up, seek_to_window
+from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.protocol import (
     ClaimingMessages,
     ClaimingPartition,
@@ -26,49 +33,12 @@ from marshal_py.protocol import (
     MemberHeartbeat,
     Message,
     ReleasingPartition,
-    coordination_partition,
-    encode,
 )
 from marshal_py.world import Owner, PartitionClaim, Rationalizer
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["alo", "amo"]
-OffsetReset = Literal["latest", "earliest"]
-Balance = Literal["fair", "greedy"]
 TP = tuple[str, int]
-
-
-class PartitionSource(Protocol):
-    """What the engine needs to know about the consumed topics."""
-
-    def partition_count(self, topic: str) -> int | None:
-        """Partitions of ``topic`` now, or None when the topic does not exist."""
-        ...
-
-    def offset_bounds(self, topic: str, partition: int) -> tuple[int, int]:
-        """(beginning, end) offsets of a partition."""
-        ...
-
-    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
-        """The first offset whose timestamp is >= ``timestamp_ms``, or None if none is."""
-        ...
-
-
-class EngineClock(Protocol):
-    """Milliseconds on (an estimate of) the broker's clock."""
-
-    def now_ms(self) -> int:
-        """The current time."""
-        ...
-
-    def observe(self, broker_ms: int, sent_ms: int, acked_ms: int) -> None:
-        """A record appended between ``sent_ms`` and ``acked_ms`` got ``broker_ms``."""
-        ...
-
-    def monotonic_ms(self) -> float:
-        """A clock that never jumps, for measuring durations."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -182,7 +152,7 @@ class MemberEngine:
         self._reclaim_after_ms: int | None = None
         self._next_member_heartbeat_ms = 0
         self._last_balance_release_ms: dict[str, int] = {}
-        self._coordination_partitions: dict[str, int] = {}
+        self.channel = CoordinationChannel(log_, rationalizer, clock, config.topics)
         self._closed = False
 
     # -- life cycle --------------------------------------------------------------------------
@@ -194,15 +164,7 @@ class MemberEngine:
 
     def start(self) -> None:
         """Replay the coordination log, announce this member, and look for a predecessor."""
-        count = self.log.partition_count()
-        self._coordination_partitions = {
-            t: coordination_partition(t, count) for t in self.config.topics
-        }
-        partitions = sorted(set(self._coordination_partitions.values()))
-        if self.rationalizer.next_position(partitions[0]) == 0:
-            seek_to_window(self.log, self.rationalizer, partitions, self.clock.now_ms(),
-                           self.config.replay_window_ms)
-        self._catch_up()
+        self.channel.open(self.config.replay_window_ms)
         joined = [self._append(self._member_heartbeat(t, active=True)) for t in self.config.topics]
         self._joined_ms = min(joined)
         self._next_member_heartbeat_ms = self.clock.now_ms() + self._jittered()
@@ -257,7 +219,7 @@ class MemberEngine:
         return int(self.hi * self.rng.uniform(0.6, 0.8))
 
     def _catch_up(self) -> None:
-        catch_up(self.log, self.rationalizer, sorted(set(self._coordination_partitions.values())))
+        self.channel.catch_up()
 
     def _refresh(self) -> bool:
         """Catch up with the log and update every holding from it; False if the log failed."""
@@ -652,11 +614,7 @@ class MemberEngine:
 
     def _append(self, message: Message) -> int:
         """Write a message to its topic's coordination partition; return its broker time."""
-        partition = self._coordination_partitions[message.topic]
-        sent = self.clock.now_ms()
-        record = self.log.append(partition, encode(message))
-        self.clock.observe(record.timestamp_ms, sent, self.clock.now_ms())
-        return record.timestamp_ms
+        return self.channel.append(message)
 
     def _try_append(self, message: Message) -> bool:
         try:

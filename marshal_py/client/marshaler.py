@@ -13,7 +13,8 @@ from typing import Any, Literal, overload
 
 from marshal_py.client.clock import BrokerClock
 from marshal_py.client.consumer import Consumer
-from marshal_py.client.engine import Balance, EngineConfig, MemberEngine, Mode, OffsetReset
+from marshal_py.client.engine import EngineConfig, MemberEngine
+from marshal_py.client.engine_types import Balance, Mode, OffsetReset
 from marshal_py.client.share_consumer import AckMode, ShareConsumer
 from marshal_py.client.share_engine import ShareConfig, ShareEngine
 from marshal_py.client.source import KafkaPartitionSource

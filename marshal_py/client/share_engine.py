@@ -14,10 +14,11 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from marshal_py.client.engine import EngineClock, OffsetReset, PartitionSource
+from marshal_py.client.channel import CoordinationChannel
+from marshal_py.client.engine_types import EngineClock, OffsetReset, PartitionSource
 from marshal_py.errors import ConfigurationError, MarshalError
 from marshal_py.log.base import CoordinationLog
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up, seek_to_window
+from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.protocol import (
     AcknowledgingRecords,
     AcquiringRecords,
@@ -25,8 +26,6 @@ from marshal_py.protocol import (
     MemberHeartbeat,
     Message,
     RenewingLocks,
-    coordination_partition,
-    encode,
     format_ranges,
     ranges_of,
 )
@@ -113,7 +112,7 @@ class ShareEngine:
         self.held: dict[TP, dict[int, int]] = defaultdict(dict)
         self._lock_expiry: dict[TP, dict[int, int]] = defaultdict(dict)
         self._pending: dict[tuple[TP, str], list[int]] = defaultdict(list)
-        self._coordination_partitions: dict[str, int] = {}
+        self.channel = CoordinationChannel(log_, rationalizer, clock, config.topics)
         self._next_member_heartbeat_ms = 0
         self.stats = ShareStats()
         self._closed = False
@@ -122,15 +121,7 @@ class ShareEngine:
 
     def start(self) -> None:
         """Replay the coordination log, announce this member, initialize share-partitions."""
-        count = self.log.partition_count()
-        self._coordination_partitions = {
-            t: coordination_partition(t, count) for t in self.config.topics
-        }
-        partitions = sorted(set(self._coordination_partitions.values()))
-        if self.rationalizer.next_position(partitions[0]) == 0:
-            seek_to_window(self.log, self.rationalizer, partitions, self.clock.now_ms(),
-                           self.config.replay_window_ms)
-        self._catch_up()
+        self.channel.open(self.config.replay_window_ms)
         self.tick()
 
     def close(self) -> None:
@@ -286,16 +277,12 @@ class ShareEngine:
     # -- writing -------------------------------------------------------------------------------
 
     def _catch_up(self) -> None:
-        catch_up(self.log, self.rationalizer, sorted(set(self._coordination_partitions.values())))
+        self.channel.catch_up()
 
     def _member_heartbeat(self, topic: str, *, active: bool) -> Message:
         return MemberHeartbeat(self.clock.now_ms() // 1000, self.me.instance_id,
                                self.me.client_id, self.config.group_id, topic, int(active))
 
     def _append(self, message: Message) -> int:
-        partition = self._coordination_partitions[message.topic]
-        sent = self.clock.now_ms()
-        record = self.log.append(partition, encode(message))
-        self.clock.observe(record.timestamp_ms, sent, self.clock.now_ms())
         self.stats.coordination_records += 1
-        return record.timestamp_ms
+        return self.channel.append(message)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from marshal_py.client.engine import EngineConfig, MemberEngine, Mode
+from marshal_py.client.engine import EngineConfig, MemberEngine
+from marshal_py.client.engine_types import Mode
 from marshal_py.log import MemoryLog, VirtualClock, catch_up
 from marshal_py.world import Owner, Rationalizer, RationalizerConfig
 

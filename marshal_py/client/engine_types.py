@@ -1,0 +1,41 @@
+"""Types shared by the member engines: modes, and the clock and topic views they are given."""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+Mode = Literal["alo", "amo"]
+OffsetReset = Literal["latest", "earliest"]
+Balance = Literal["fair", "greedy"]
+
+
+class PartitionSource(Protocol):
+    """What the engine needs to know about the consumed topics."""
+
+    def partition_count(self, topic: str) -> int | None:
+        """Partitions of ``topic`` now, or None when the topic does not exist."""
+        ...
+
+    def offset_bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """(beginning, end) offsets of a partition."""
+        ...
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        """The first offset whose timestamp is >= ``timestamp_ms``, or None if none is."""
+        ...
+
+
+class EngineClock(Protocol):
+    """Milliseconds on (an estimate of) the broker's clock."""
+
+    def now_ms(self) -> int:
+        """The current time."""
+        ...
+
+    def observe(self, broker_ms: int, sent_ms: int, acked_ms: int) -> None:
+        """A record appended between ``sent_ms`` and ``acked_ms`` got ``broker_ms``."""
+        ...
+
+    def monotonic_ms(self) -> float:
+        """A clock that never jumps, for measuring durations."""
+        ...
