@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
 
+from marshal_py.client.delivery import DeliveryLoop
 from marshal_py.client.engine import MemberEngine
 from marshal_py.errors import BrokerUnavailableError, ClientIdInUseError, MarshalError
 from marshal_py.log.kafka import KafkaLogConfig
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Consumer:
+class Consumer(DeliveryLoop[ConsumerRecord]):
     """Iterate to receive records; ``commit(record)`` when done with one (at-least-once).
 
     Create it with :meth:`Marshaler.consumer`. At-least-once (``mode="alo"``): a record is
@@ -47,6 +47,7 @@ class Consumer:
     def __init__(self, marshaler: Marshaler, engine: MemberEngine, topics: tuple[str, ...],
                  kafka: KafkaLogConfig, tick_interval_s: float,
                  amo_batch_size: int = 100) -> None:
+        super().__init__()
         self._marshaler = marshaler
         self._engine = engine
         self._lock = marshaler._lock
@@ -68,9 +69,6 @@ class Consumer:
         # are applied by the coordination thread right before it heartbeats.
         self._pending_commits: deque[tuple[str, int, int, int | None]] = deque()
         self._buffer: deque[tuple[ConsumerRecord, int]] = deque()
-        self._stop = threading.Event()
-        self._closed = False
-        self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="marshal-coordinator",
                                         daemon=True)
         self._thread.start()
@@ -149,25 +147,7 @@ class Consumer:
             topic, partition, offset, epoch = self._pending_commits.popleft()
             self._engine.commit(topic, partition, offset, epoch)
 
-    def _raise_background_error(self) -> None:
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-
     # -- the public surface ---------------------------------------------------------------------
-
-    def __iter__(self) -> Iterator[ConsumerRecord]:
-        return self
-
-    def __next__(self) -> ConsumerRecord:
-        while True:
-            record = self._next_buffered()
-            if record is not None:
-                return record
-            self._raise_background_error()
-            if self._stop.is_set() or self._closed:
-                raise StopIteration
-            self._fetch(timeout_s=0.2)
 
     def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[ConsumerRecord]:
         """Up to ``max_records`` records, waiting at most about ``timeout_s`` for the first."""
@@ -222,10 +202,6 @@ class Consumer:
         with self._lock:
             return {TopicPartition(t, p) for t, p in self._engine.assignments()}
 
-    def stop(self) -> None:
-        """End iteration soon; safe from any thread and from signal handlers."""
-        self._stop.set()
-
     def close(self) -> None:
         """Commit, release every partition with its offset, leave the group. Idempotent."""
         if self._closed:
@@ -247,5 +223,3 @@ class Consumer:
     def __enter__(self) -> Consumer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
+from marshal_py.client.delivery import DeliveryLoop
 from marshal_py.client.share_engine import ShareEngine
 from marshal_py.errors import BrokerUnavailableError, ConfigurationError, MarshalError
 from marshal_py.log.kafka import KafkaLogConfig
@@ -48,7 +48,7 @@ class ShareRecord:
     delivery_count: int
 
 
-class ShareConsumer:
+class ShareConsumer(DeliveryLoop[ShareRecord]):
     """Iterate to receive :class:`ShareRecord`\\ s; acknowledge them with :meth:`ack`.
 
     ``acknowledgement="implicit"`` (default): every record handed out is accepted when the
@@ -68,6 +68,7 @@ class ShareConsumer:
     def __init__(self, marshaler: Marshaler, engine: ShareEngine, kafka: KafkaLogConfig,
                  tick_interval_s: float, acknowledgement: AckMode = "implicit",
                  dead_letter_topic: str | None = None) -> None:
+        super().__init__()
         if acknowledgement not in ("implicit", "explicit"):
             raise ConfigurationError("acknowledgement must be 'implicit' or 'explicit'")
         self._marshaler = marshaler
@@ -86,9 +87,6 @@ class ShareConsumer:
         self._to_fetch: dict[TP, dict[int, int]] = {}  # acquired, not fetched: offset -> count
         self._buffer: deque[ShareRecord] = deque()
         self._unacked: dict[tuple[TP, int], ShareRecord] = {}
-        self._stop = threading.Event()
-        self._closed = False
-        self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="marshal-share", daemon=True)
         self._thread.start()
 
@@ -189,25 +187,7 @@ class ShareConsumer:
                 self._engine.ack(record.topic, record.partition, record.offset, "accept")
         self._unacked.clear()
 
-    def _raise_background_error(self) -> None:
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-
     # -- the public surface ------------------------------------------------------------------------
-
-    def __iter__(self) -> Iterator[ShareRecord]:
-        return self
-
-    def __next__(self) -> ShareRecord:
-        while True:
-            record = self._next_buffered()
-            if record is not None:
-                return record
-            self._raise_background_error()
-            if self._stop.is_set() or self._closed:
-                raise StopIteration
-            self._fetch(timeout_s=0.2)
 
     def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[ShareRecord]:
         """Up to ``max_records`` records. Implicit mode first accepts what the previous poll
@@ -279,10 +259,6 @@ class ShareConsumer:
         with self._lock:
             return self._engine.ack(record.topic, record.partition, record.offset, kind)
 
-    def stop(self) -> None:
-        """End iteration soon; safe from any thread and from signal handlers."""
-        self._stop.set()
-
     def close(self) -> None:
         """Accept (implicit mode) what was handed out, release the rest, leave. Idempotent."""
         if self._closed:
@@ -310,5 +286,3 @@ class ShareConsumer:
     def __enter__(self) -> ShareConsumer:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()

@@ -113,6 +113,9 @@ class ShareMessage(PartitionMessage):
         """Raise ValueError when a field is out of its domain (the codec calls it)."""
         if hasattr(self, "ranges"):
             parse_ranges(self.ranges)
+        lock_ms = getattr(self, "lock_ms", None)
+        if lock_ms is not None and not MIN_LOCK_MS <= lock_ms <= MAX_LOCK_MS:
+            raise ValueError(f"lock_ms {lock_ms} outside 1 s..1 h")
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,11 +146,6 @@ class AcquiringRecords(ShareMessage):
     ranges: str
     lock_ms: int
 
-    def validate(self) -> None:
-        parse_ranges(self.ranges)
-        if not MIN_LOCK_MS <= self.lock_ms <= MAX_LOCK_MS:
-            raise ValueError(f"lock_ms {self.lock_ms} outside 1 s..1 h")
-
 
 @dataclass(frozen=True, slots=True)
 class AcknowledgingRecords(ShareMessage):
@@ -158,7 +156,7 @@ class AcknowledgingRecords(ShareMessage):
     kind: str
 
     def validate(self) -> None:
-        parse_ranges(self.ranges)
+        ShareMessage.validate(self)
         if self.kind not in ACK_KINDS:
             raise ValueError(f"unknown acknowledgement kind {self.kind!r}")
 
@@ -170,11 +168,6 @@ class RenewingLocks(ShareMessage):
     TYPE: ClassVar[str] = "RenewingLocks"
     ranges: str
     lock_ms: int
-
-    def validate(self) -> None:
-        parse_ranges(self.ranges)
-        if not MIN_LOCK_MS <= self.lock_ms <= MAX_LOCK_MS:
-            raise ValueError(f"lock_ms {self.lock_ms} outside 1 s..1 h")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,57 @@
+"""What both consumers share: blocking iteration over a buffer that a fetch loop fills."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+R = TypeVar("R")
+
+
+class DeliveryLoop(Generic[R]):
+    """Iteration, stop and background-error plumbing of a consumer.
+
+    Subclasses provide ``_next_buffered()`` (a record that may be handed out now, or None),
+    ``_fetch(timeout_s)`` (fill the buffer) and ``close()``; they report a fatal error of their
+    coordination thread by setting ``_error`` and ``_stop``.
+    """
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._closed = False
+        self._error: BaseException | None = None
+
+    def _next_buffered(self) -> R | None:
+        raise NotImplementedError
+
+    def _fetch(self, timeout_s: float) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _raise_background_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def __iter__(self) -> Iterator[R]:
+        return self
+
+    def __next__(self) -> R:
+        while True:
+            record = self._next_buffered()
+            if record is not None:
+                return record
+            self._raise_background_error()
+            if self._stop.is_set() or self._closed:
+                raise StopIteration
+            self._fetch(timeout_s=0.2)
+
+    def stop(self) -> None:
+        """End iteration soon; safe from any thread and from signal handlers."""
+        self._stop.set()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
