@@ -218,7 +218,7 @@ class Consumer(DeliveryLoop[ConsumerRecord]):
                     self._data.close()
                 except Exception:  # closing must not mask the error that led here
                     log.debug("error closing the data consumer", exc_info=True)
-                self._marshaler._consumer_closed(self)
+                self._marshaler._member_closed(self)
 
     def __enter__(self) -> Consumer:
         return self

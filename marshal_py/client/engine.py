@@ -412,6 +412,13 @@ class MemberEngine:
             return self._may_reclaim(owner, now)
         return not claim.is_held(now)
 
+    def reclaim_pending(self) -> bool:
+        """True while partitions held under our client id by a previous process wait to be
+        taken back (at most until they go stale)."""
+        if self._reclaim_after_ms is None:
+            return False
+        return self.clock.now_ms() < self._reclaim_after_ms or bool(self._predecessor_claims())
+
     def _predecessor_claims(self) -> list[PartitionClaim]:
         now = self.clock.now_ms()
         found = []

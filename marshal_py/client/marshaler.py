@@ -11,6 +11,11 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, Literal, overload
 
+from marshal_py.client.batch_member import (
+    BatchMember,
+    ExclusiveBatchMember,
+    ShareBatchMember,
+)
 from marshal_py.client.clock import BrokerClock
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine import EngineConfig, MemberEngine
@@ -91,7 +96,7 @@ class Marshaler:
             heartbeat_interval_ms=self._hi_ms,
         ))
         self.clock = BrokerClock()
-        self._consumer: Consumer | ShareConsumer | None = None
+        self._consumer: Consumer | ShareConsumer | BatchMember | None = None
         self._source: KafkaPartitionSource | None = None
         self._closed = False
 
@@ -166,14 +171,76 @@ class Marshaler:
                                      "first or use another Marshaler")
         wanted = tuple(dict.fromkeys(topics))
         if mode == "share":
-            return self._share_consumer(wanted, offset_reset, lock_duration, delivery_limit,
-                                        inflight_limit, acknowledgement, batch_size,
-                                        dead_letter_topic, start_time)
+            share, source = self._share_engine(wanted, offset_reset, lock_duration,
+                                               delivery_limit, inflight_limit, batch_size,
+                                               start_time, dead_letter_topic)
+            consumer: Consumer | ShareConsumer = ShareConsumer(
+                self, share, self._log_config, self._share_tick_s(lock_duration),
+                acknowledgement, dead_letter_topic)
+        else:
+            engine, source = self._exclusive_engine(wanted, mode, offset_reset, balance,
+                                                    max_claims, release_lag)
+            consumer = Consumer(self, engine, wanted, self._log_config, self._tick_s,
+                                amo_batch_size)
+        self._consumer = consumer
+        self._source = source
+        return consumer
+
+    def batch_member(
+        self,
+        topics: Iterable[str],
+        mode: Mode | Literal["share"] = "alo",
+        *,
+        offset_reset: OffsetReset = "latest",
+        balance: Balance = "fair",
+        max_claims: int | None = None,
+        lock_duration: float = DEFAULT_LOCK_MS / 1000,
+        delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
+        inflight_limit: int = DEFAULT_INFLIGHT_LIMIT,
+        start_time: datetime | None = None,
+    ) -> BatchMember:
+        """Join the group on ``topics`` as the planner of a micro-batch engine.
+
+        The member claims partitions (or acquires share records) like a consumer, but instead
+        of fetching records it plans offset ranges (:meth:`ExclusiveBatchMember.plan`) that
+        the engine's workers read themselves, and commits or accepts them when told the batch
+        is done. The Spark source is built on it. Settings as for :meth:`consumer`.
+        """
+        if self._closed:
+            raise ConfigurationError("this Marshaler is closed")
+        if self._consumer is not None:
+            raise ConfigurationError("this Marshaler already has an open consumer; close it "
+                                     "first or use another Marshaler")
+        wanted = tuple(dict.fromkeys(topics))
+        member: BatchMember
+        if mode == "share":
+            share, source = self._share_engine(wanted, offset_reset, lock_duration,
+                                               delivery_limit, inflight_limit, 500,
+                                               start_time, None)
+            member = ShareBatchMember(self, share, source, self._share_tick_s(lock_duration))
+        else:
+            engine, source = self._exclusive_engine(wanted, mode, offset_reset, balance,
+                                                    max_claims, None)
+            member = ExclusiveBatchMember(self, engine, source, self._tick_s)
+        self._consumer = member
+        self._source = source
+        return member
+
+    @property
+    def _tick_s(self) -> float:
+        return max(0.05, min(1.0, self.heartbeat_interval / 5))
+
+    def _share_tick_s(self, lock_duration: float) -> float:
+        return max(0.05, min(1.0, self.heartbeat_interval / 5, lock_duration / 10))
+
+    def _exclusive_engine(self, topics: tuple[str, ...], mode: Mode, offset_reset: OffsetReset,
+                          balance: Balance, max_claims: int | None, release_lag: int | None
+                          ) -> tuple[MemberEngine, KafkaPartitionSource]:
         config = EngineConfig(
             group_id=self.group_id,
             client_id=self.client_id,
             instance_id=self.instance_id,
-            topics=wanted,
+            topics=topics,
             mode=mode,
             heartbeat_interval_ms=self._hi_ms,
             offset_reset=offset_reset,
@@ -182,15 +249,37 @@ class Marshaler:
             release_lag=release_lag,
             replay_window_ms=int(self.replay_window * 1000),
         )
-        source = self._open_source(wanted)
+        source = self._open_source(topics)
         engine = MemberEngine(config, self._log, self.rationalizer, source, self.clock,
                               random.Random())
-        with self._lock:
-            engine.start()
-        self._source = source
-        tick = max(0.05, min(1.0, self.heartbeat_interval / 5))
-        self._consumer = Consumer(self, engine, wanted, self._log_config, tick, amo_batch_size)
-        return self._consumer
+        self._start(engine, source)
+        return engine, source
+
+    def _share_engine(self, topics: tuple[str, ...], offset_reset: OffsetReset,
+                      lock_duration: float, delivery_limit: int, inflight_limit: int,
+                      batch_size: int, start_time: datetime | None,
+                      dead_letter_topic: str | None) -> tuple[ShareEngine, KafkaPartitionSource]:
+        config = ShareConfig(
+            group_id=self.group_id, client_id=self.client_id, instance_id=self.instance_id,
+            topics=topics, heartbeat_interval_ms=self._hi_ms,
+            lock_ms=int(lock_duration * 1000), delivery_limit=delivery_limit,
+            inflight_limit=inflight_limit, offset_reset=offset_reset, batch_size=batch_size,
+            start_time_ms=None if start_time is None else int(start_time.timestamp() * 1000),
+            replay_window_ms=int(self.replay_window * 1000),
+        )
+        source = self._open_source(topics + ((dead_letter_topic,) if dead_letter_topic else ()))
+        engine = ShareEngine(config, self._log, self.rationalizer, source, self.clock,
+                             random.Random())
+        self._start(engine, source)
+        return engine, source
+
+    def _start(self, engine: MemberEngine | ShareEngine, source: KafkaPartitionSource) -> None:
+        try:
+            with self._lock:
+                engine.start()
+        except BaseException:
+            source.close()
+            raise
 
     def _open_source(self, topics: tuple[str, ...]) -> KafkaPartitionSource:
         source = KafkaPartitionSource(self._log_config,
@@ -204,33 +293,8 @@ class Marshaler:
                 )
         return source
 
-    def _share_consumer(self, topics: tuple[str, ...], offset_reset: OffsetReset,
-                        lock_duration: float, delivery_limit: int, inflight_limit: int,
-                        acknowledgement: AckMode, batch_size: int,
-                        dead_letter_topic: str | None,
-                        start_time: datetime | None) -> ShareConsumer:
-        config = ShareConfig(
-            group_id=self.group_id, client_id=self.client_id, instance_id=self.instance_id,
-            topics=topics, heartbeat_interval_ms=self._hi_ms,
-            lock_ms=int(lock_duration * 1000), delivery_limit=delivery_limit,
-            inflight_limit=inflight_limit, offset_reset=offset_reset, batch_size=batch_size,
-            start_time_ms=None if start_time is None else int(start_time.timestamp() * 1000),
-            replay_window_ms=int(self.replay_window * 1000),
-        )
-        source = self._open_source(topics + ((dead_letter_topic,) if dead_letter_topic else ()))
-        engine = ShareEngine(config, self._log, self.rationalizer, source, self.clock,
-                             random.Random())
-        with self._lock:
-            engine.start()
-        self._source = source
-        tick = max(0.05, min(1.0, self.heartbeat_interval / 5, lock_duration / 10))
-        consumer = ShareConsumer(self, engine, self._log_config, tick, acknowledgement,
-                                 dead_letter_topic)
-        self._consumer = consumer
-        return consumer
-
-    def _consumer_closed(self, consumer: Consumer | ShareConsumer) -> None:
-        if self._consumer is consumer:
+    def _member_closed(self, member: object) -> None:
+        if self._consumer is member:
             self._consumer = None
             if self._source is not None:
                 self._source.close()

@@ -281,7 +281,7 @@ class ShareConsumer(DeliveryLoop[ShareRecord]):
                             client.close()
                     except Exception:  # closing must not mask the error that led here
                         log.debug("error closing a Kafka client", exc_info=True)
-                self._marshaler._consumer_closed(self)
+                self._marshaler._member_closed(self)
 
     def __enter__(self) -> ShareConsumer:
         return self

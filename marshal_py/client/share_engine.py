@@ -174,11 +174,12 @@ class ShareEngine:
 
     # -- acquiring -----------------------------------------------------------------------------
 
-    def acquire(self, topic: str, partition: int, max_records: int | None = None
-                ) -> list[tuple[int, int]]:
+    def acquire(self, topic: str, partition: int, max_records: int | None = None,
+                until: int | None = None) -> list[tuple[int, int]]:
         """Acquire up to ``max_records`` records of a partition; return (offset, delivery
         count) of those granted, in offset order. Available redeliveries come first, then new
-        records up to the partition's end; members start new ranges at different places."""
+        records up to the partition's end (or ``until``, exclusive); members start new ranges
+        at different places."""
         share = self.rationalizer.share_partition(self.config.group_id, topic, partition)
         if share is None or self._closed:
             return []
@@ -186,6 +187,8 @@ class ShareEngine:
         now = self.clock.now_ms()
         _, end = self.source.offset_bounds(topic, partition)
         limit = min(end, share.spso + share.inflight_limit)
+        if until is not None:
+            limit = min(limit, until)
         mine = self.held.get((topic, partition), {})
         candidates = [r.offset for r in share.in_flight(now)
                       if r.state is RecordState.AVAILABLE and r.offset < limit

@@ -55,6 +55,22 @@ class KafkaPartitionSource:
             ) from exc
         return int(beginning), int(end)
 
+    def end_offsets_of(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """End offsets of ``partitions`` in one request per broker."""
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        if not tps:
+            return {}
+        try:
+            ends = self._consumer.end_offsets(tps)
+        except KafkaError as exc:
+            raise BrokerUnavailableError(f"cannot list end offsets: {exc}") from exc
+        return {(tp.topic, tp.partition): int(end) for tp, end in ends.items()}
+
+    def end_offsets(self, topics: tuple[str, ...] | list[str]) -> dict[tuple[str, int], int]:
+        """End offsets of every partition of ``topics`` (missing topics have none)."""
+        wanted = [(t, p) for t in topics for p in range(self.partition_count(t) or 0)]
+        return self.end_offsets_of(wanted)
+
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         tp = TopicPartition(topic, partition)
         try:

@@ -1,0 +1,384 @@
+"""Batch members: a group member that plans offset ranges for a micro-batch engine.
+
+A micro-batch engine (the Spark source) does not hand records out one by one: its driver
+plans a batch of offset ranges, executors read them, and much later the engine reports the
+batch done. A batch member is the driver's membership in the group. A background thread
+drives the engine (claims, heartbeats, balance, lock renewals) exactly as for a
+:class:`~marshal_py.client.consumer.Consumer`; the caller plans with :meth:`plan` and reports
+completion with :meth:`complete`.
+
+* Exclusive modes: :class:`ExclusiveBatchMember` plans ``[position, end)`` of the partitions it
+  holds. At-least-once commits a range when it is completed; at-most-once confirms each range
+  with a ``ClaimingMessages`` before it is planned, and counts it done at once.
+* Share mode: :class:`ShareBatchMember` acquires records (with their delivery counts) under
+  locks the background thread keeps renewing, and accepts them when the batch is completed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from marshal_py.client.engine import MemberEngine
+from marshal_py.client.share_engine import ShareEngine
+from marshal_py.client.source import KafkaPartitionSource
+from marshal_py.errors import ClientIdInUseError, MarshalError
+
+if TYPE_CHECKING:
+    from marshal_py.client.marshaler import Marshaler
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRange:
+    """Records ``[start, end)`` of one partition, planned for a batch.
+
+    ``delivery_count`` is 1 in the exclusive modes; in share mode a range holds records of
+    one delivery count (a batch may hold several ranges of one partition).
+    """
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    delivery_count: int = 1
+
+    @property
+    def size(self) -> int:
+        """How many offsets the range spans."""
+        return self.end - self.start
+
+
+def share_budget(available: Mapping[TP, int], budget: int | None) -> dict[TP, int]:
+    """Split ``budget`` records over partitions with ``available`` records each.
+
+    Water-filling: every partition gets an equal share, and what a partition cannot use goes
+    to the others; ties broken by partition order so the split is deterministic. ``None``:
+    everything available.
+    """
+    wanted = {tp: max(0, n) for tp, n in available.items()}
+    if budget is None:
+        return wanted
+    out = dict.fromkeys(wanted, 0)
+    left = max(0, budget)
+    open_ = sorted(tp for tp, n in wanted.items() if n > 0)
+    while left > 0 and open_:
+        base, extra = divmod(left, len(open_))
+        still = []
+        for i, tp in enumerate(open_):
+            give = min(wanted[tp] - out[tp], base + (1 if i < extra else 0))
+            out[tp] += give
+            left -= give
+            if out[tp] < wanted[tp]:
+                still.append(tp)
+        open_ = still  # every round gives at least one record, so this ends
+    return out
+
+
+class _BackgroundMember:
+    """The thread that keeps a member alive (ticks its engine) while the caller plans."""
+
+    def __init__(self, marshaler: Marshaler, tick: Callable[[], None], close: Callable[[], None],
+                 tick_interval_s: float) -> None:
+        self._marshaler = marshaler
+        self._lock = marshaler._lock
+        self._tick = tick
+        self._close_engine = close
+        self._tick_interval_s = tick_interval_s
+        self._stop = threading.Event()
+        self._ticked = threading.Condition()
+        self._ticks = 0
+        self._error: BaseException | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="marshal-batch-member",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self._lock:
+                    if self._closed:
+                        return
+                    self._tick()
+            except ClientIdInUseError as exc:
+                self._error = exc
+                self._stop.set()
+            except MarshalError as exc:
+                log.warning("coordination step failed (will retry): %s", exc)
+            except Exception as exc:
+                log.exception("coordination thread failed")
+                self._error = exc
+                self._stop.set()
+            with self._ticked:
+                self._ticks += 1
+                self._ticked.notify_all()
+            self._stop.wait(self._tick_interval_s)
+
+    def _raise_background_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def wait_ticks(self, count: int, timeout_s: float) -> None:
+        """Wait until the background thread has run ``count`` more steps."""
+        deadline = time.monotonic() + timeout_s
+        with self._ticked:
+            goal = self._ticks + count
+            while self._ticks < goal and not self._stop.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._ticked.wait(left)
+        self._raise_background_error()
+
+    def close(self) -> None:
+        """Stop the thread, then release everything held and leave the group. Idempotent."""
+        if self._closed:
+            return
+        self._stop.set()
+        self._thread.join(timeout=30)
+        with self._lock:
+            self._closed = True
+            try:
+                self._close_engine()
+            finally:
+                self._marshaler._member_closed(self)
+
+
+class ExclusiveBatchMember(_BackgroundMember):
+    """A batch member of an exclusive group (``alo`` or ``amo``). Thread-safe."""
+
+    def __init__(self, marshaler: Marshaler, engine: MemberEngine,
+                 source: KafkaPartitionSource, tick_interval_s: float) -> None:
+        self.engine = engine
+        self.source = source
+        self.mode = engine.config.mode
+        # (topic, partition, start) of a planned range -> the claim epoch it was planned under
+        self._epochs: dict[tuple[str, int, int], int] = {}
+        super().__init__(marshaler, engine.tick, engine.close, tick_interval_s)
+
+    @property
+    def instance_id(self) -> str:
+        """This member's instance id (new for every process)."""
+        return self.engine.me.instance_id
+
+    def wait_settled(self, timeout_s: float) -> None:
+        """Wait until the first claims are made (and a predecessor's partitions reclaimed).
+
+        A process restarting under the same client id takes its predecessor's partitions back
+        after one heartbeat interval and a quarter; a new member claims within a few steps.
+        """
+        hi_s = self.engine.hi / 1000
+        deadline = time.monotonic() + timeout_s
+        self.wait_ticks(2, timeout_s)
+        while time.monotonic() < deadline:
+            with self._lock:
+                pending = self.engine.reclaim_pending()
+            if not pending:
+                break
+            self.wait_ticks(1, min(hi_s, max(0.0, deadline - time.monotonic())))
+        self.wait_ticks(1, max(0.0, deadline - time.monotonic()))
+
+    def end_offsets(self) -> dict[TP, int]:
+        """End offsets of every partition of the consumed topics, now."""
+        with self._lock:
+            return self.source.end_offsets(self.engine.config.topics)
+
+    def plan(self, max_records: int | None, until: Mapping[TP, int] | None = None,
+             floors: Mapping[TP, int] | None = None) -> list[PlannedRange]:
+        """Plan the next ranges of the held partitions, at most ``max_records`` in all.
+
+        ``until``: never plan past these offsets (trigger-available-now targets); partitions
+        missing from it are not planned at all. ``floors``: offsets the caller knows are
+        already processed (a checkpoint); planning starts no lower.
+        """
+        self._raise_background_error()
+        with self._lock:
+            held = {tp: (epoch, position)
+                    for tp, (epoch, position) in self.engine.assignments().items()
+                    if self.engine.holds(tp[0], tp[1], epoch)}
+            if not held:
+                return []
+            ends = self.source.end_offsets_of(list(held))
+            self._skip_processed(held, ends, floors or {})
+            available = {}
+            for tp, (_, position) in held.items():
+                end = ends[tp]
+                if until is not None:
+                    end = min(end, until.get(tp, position))
+                available[tp] = end - position
+            planned = []
+            for tp, count in sorted(share_budget(available, max_records).items()):
+                if count <= 0:
+                    continue
+                epoch, position = held[tp]
+                if self._hand_out(tp, epoch, position, position + count):
+                    planned.append(PlannedRange(tp[0], tp[1], position, position + count))
+            return planned
+
+    def skip_processed(self, floors: Mapping[TP, int]) -> None:
+        """Records below ``floors`` were processed (say the caller's checkpoint): never plan
+        them again in the partitions held now."""
+        with self._lock:
+            held = {tp: (epoch, position)
+                    for tp, (epoch, position) in self.engine.assignments().items()
+                    if self.engine.holds(tp[0], tp[1], epoch)}
+            wanted = [tp for tp in held if tp in floors]
+            if wanted:
+                self._skip_processed(held, self.source.end_offsets_of(wanted), floors)
+
+    def _skip_processed(self, held: dict[TP, tuple[int, int]], ends: Mapping[TP, int],
+                        floors: Mapping[TP, int]) -> None:
+        for tp, floor in floors.items():
+            if tp in held and tp in ends and held[tp][1] < floor <= ends[tp]:
+                epoch, position = held[tp]
+                if self._skip_to(tp, epoch, position, floor):
+                    held[tp] = (epoch, floor)
+
+    def adopt(self, ranges: Iterable[PlannedRange]) -> list[PlannedRange]:
+        """Take on ranges another process planned and never completed (at-least-once).
+
+        Only the partitions this member holds now are kept, from where this member stands
+        (its position already includes the group's committed offset), so a range another
+        member has processed meanwhile is not read twice; it is planned like a new range.
+        """
+        if self.mode != "alo":
+            return []
+        adopted = []
+        with self._lock:
+            assignments = self.engine.assignments()
+            for r in ranges:
+                tp = (r.topic, r.partition)
+                if tp not in assignments:
+                    continue
+                epoch, position = assignments[tp]
+                if position >= r.end or not self.engine.holds(r.topic, r.partition, epoch):
+                    continue
+                if self._hand_out(tp, epoch, position, r.end):
+                    adopted.append(PlannedRange(r.topic, r.partition, position, r.end))
+                    assignments[tp] = (epoch, r.end)
+        return adopted
+
+    def complete(self, ranges: Iterable[PlannedRange]) -> None:
+        """The batch holding ``ranges`` is processed: commit them (at-least-once)."""
+        with self._lock:
+            for r in ranges:
+                epoch = self._epochs.pop((r.topic, r.partition, r.start), None)
+                if epoch is not None and self.mode == "alo":
+                    self.engine.commit(r.topic, r.partition, r.start, epoch)
+
+    def _hand_out(self, tp: TP, epoch: int, start: int, end: int) -> bool:
+        """Count ``[start, end)`` as handed out (at-most-once: confirmed first)."""
+        topic, partition = tp
+        if self.mode == "alo":
+            if not self.engine.accept(topic, partition, epoch, [start], end):
+                return False
+            self._epochs[(topic, partition, start)] = epoch
+            return True
+        if not self.engine.accept(topic, partition, epoch, [start, end - 1], end):
+            return False
+        return self.engine.deliver(topic, partition, epoch, end - 1)
+
+    def _skip_to(self, tp: TP, epoch: int, position: int, floor: int) -> bool:
+        """Records before ``floor`` were processed by an earlier run: commit past them."""
+        if not self._hand_out(tp, epoch, position, floor):
+            return False
+        if self.mode == "alo":
+            self._epochs.pop((tp[0], tp[1], position), None)
+            self.engine.commit(tp[0], tp[1], position, epoch)
+        log.info("%s/%d: skipped to offset %d, processed before this process started",
+                 tp[0], tp[1], floor)
+        return True
+
+
+class ShareBatchMember(_BackgroundMember):
+    """A batch member of a share group. Thread-safe."""
+
+    def __init__(self, marshaler: Marshaler, engine: ShareEngine,
+                 source: KafkaPartitionSource, tick_interval_s: float) -> None:
+        self.engine = engine
+        self.source = source
+        self.mode = "share"
+        super().__init__(marshaler, engine.tick, engine.close, tick_interval_s)
+
+    @property
+    def instance_id(self) -> str:
+        """This member's instance id (new for every process)."""
+        return self.engine.me.instance_id
+
+    def wait_settled(self, timeout_s: float) -> None:
+        """Wait until the share-partitions are initialized (the first engine step)."""
+        self.wait_ticks(1, timeout_s)
+
+    def end_offsets(self) -> dict[TP, int]:
+        """End offsets of every partition of the consumed topics, now."""
+        with self._lock:
+            return self.source.end_offsets(self.engine.config.topics)
+
+    def plan(self, max_records: int | None, until: Mapping[TP, int] | None = None,
+             floors: Mapping[TP, int] | None = None) -> list[PlannedRange]:
+        """Acquire up to ``max_records`` records over every partition (in-flight limits
+        apply), never at or past ``until``; return them as ranges of one delivery count."""
+        self._raise_background_error()
+        del floors  # the share-partition state in the log is the only record of progress
+        with self._lock:
+            tps = sorted(self.source.end_offsets(self.engine.config.topics))
+            if until is not None:
+                tps = [tp for tp in tps if tp in until]
+            planned: list[PlannedRange] = []
+            left = max_records
+            for i, tp in enumerate(tps):
+                if left is not None and left <= 0:
+                    break
+                ask = None if left is None else max(1, left // (len(tps) - i))
+                granted = self.engine.acquire(tp[0], tp[1], ask or self._unbounded(tp),
+                                              until=None if until is None else until[tp])
+                planned.extend(_runs(tp, granted))
+                if left is not None:
+                    left -= len(granted)
+            return planned
+
+    def _unbounded(self, tp: TP) -> int:
+        share = self.engine.rationalizer.share_partition(self.engine.config.group_id, *tp)
+        return share.inflight_limit if share is not None else self.engine.config.inflight_limit
+
+    def skip_processed(self, floors: Mapping[TP, int]) -> None:
+        """Share-partitions keep their own progress in the log: nothing to skip."""
+        del floors
+
+    def adopt(self, ranges: Iterable[PlannedRange]) -> list[PlannedRange]:
+        """Records another process acquired are its own until their locks elapse; then
+        they are available again to anyone. Nothing to adopt."""
+        del ranges
+        return []
+
+    def complete(self, ranges: Iterable[PlannedRange]) -> None:
+        """The batch holding ``ranges`` is processed: accept its records."""
+        with self._lock:
+            for r in ranges:
+                for offset in range(r.start, r.end):
+                    self.engine.ack(r.topic, r.partition, offset, "accept")
+            self.engine.flush()
+
+
+BatchMember = ExclusiveBatchMember | ShareBatchMember
+
+
+def _runs(tp: TP, granted: list[tuple[int, int]]) -> list[PlannedRange]:
+    """(offset, delivery count) pairs in offset order -> ranges of consecutive offsets with
+    one delivery count."""
+    out: list[PlannedRange] = []
+    for offset, count in granted:
+        last = out[-1] if out else None
+        if last is not None and last.end == offset and last.delivery_count == count:
+            out[-1] = PlannedRange(tp[0], tp[1], last.start, offset + 1, count)
+        else:
+            out.append(PlannedRange(tp[0], tp[1], offset, offset + 1, count))
+    return out

@@ -1,0 +1,235 @@
+"""Options of the ``marshal`` Spark source: parsed and validated in one place (no Spark here).
+
+Every option is a string in Spark; :func:`parse_options` turns the map into a typed
+:class:`SourceOptions` or raises :class:`~marshal_py.errors.ConfigurationError` naming the
+option and the values that would work. Unknown options are refused (a typo must not be
+silently ignored); ``kafka.<setting>`` passes a kafka-python setting (security, SASL, SSL) to
+every client, e.g. ``kafka.security_protocol``.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from marshal_py.errors import ConfigurationError
+from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLogConfig
+from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
+from marshal_py.protocol.messages import (
+    DEFAULT_DELIVERY_LIMIT,
+    DEFAULT_INFLIGHT_LIMIT,
+    DEFAULT_LOCK_MS,
+)
+
+SourceMode = Literal["alo", "amo", "share"]
+
+#: option name -> what it means (the README table is built from the same words)
+OPTIONS: dict[str, str] = {
+    "bootstrap.servers": "Kafka bootstrap servers (required)",
+    "group": "consumer group id (required)",
+    "topics": "comma-separated topics to consume (required)",
+    "mode": "alo (default), amo or share",
+    "client.id": "this query's client id in the group (default spark-<hostname>); keep it "
+                 "stable so a restarted query takes its partitions back at once",
+    "heartbeat.interval": "seconds (default 10); the same for every member of the group",
+    "offset.reset": "latest (default) or earliest: where a partition with no committed "
+                    "offset starts",
+    "start.datetime": "share mode: a new share group starts at the first record at or after "
+                      "this ISO-8601 time",
+    "balance": "fair (default) or greedy",
+    "max.claims": "most partitions per topic this query holds",
+    "lock.duration": "share mode: acquisition lock in seconds (1..3600, default 30)",
+    "delivery.limit": "share mode: delivery attempts before a record is archived (2..10)",
+    "inflight.limit": "share mode: records in flight per partition (1..10000)",
+    "maxRecordsPerTrigger": "most records per micro-batch (default: all available)",
+    "maxRecordsPerPartition": "split ranges larger than this over several tasks "
+                              "(default 100000)",
+    "minPartitions": "split ranges so a batch has at least this many tasks",
+    "failOnDataLoss": "true (default): fail when planned records were deleted by retention "
+                      "before they were read; false: skip them with a warning",
+    "fetch.timeout": "seconds a task waits for records it was planned to read (default 60)",
+    "coordination.topic": "the coordination topic (default __marshal)",
+    "replay.window": "seconds of coordination log replayed on start (default 7 days)",
+    "settle.timeout": "seconds the query waits for its first claims (default 3 heartbeat "
+                      "intervals)",
+}
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The validated options of one ``marshal`` stream."""
+
+    bootstrap_servers: str
+    group: str
+    topics: tuple[str, ...]
+    mode: SourceMode = "alo"
+    client_id: str = ""
+    heartbeat_interval_s: float = 10.0
+    offset_reset: Literal["latest", "earliest"] = "latest"
+    start_time: datetime | None = None
+    balance: Literal["fair", "greedy"] = "fair"
+    max_claims: int | None = None
+    lock_duration_s: float = DEFAULT_LOCK_MS / 1000
+    delivery_limit: int = DEFAULT_DELIVERY_LIMIT
+    inflight_limit: int = DEFAULT_INFLIGHT_LIMIT
+    max_records_per_trigger: int | None = None
+    max_records_per_partition: int = 100_000
+    min_partitions: int | None = None
+    fail_on_data_loss: bool = True
+    fetch_timeout_s: float = 60.0
+    coordination_topic: str = DEFAULT_COORDINATION_TOPIC
+    replay_window_s: float = DEFAULT_REPLAY_WINDOW_MS / 1000
+    settle_timeout_s: float | None = None
+    kafka_config: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def log_config(self) -> KafkaLogConfig:
+        """How every client of this stream reaches Kafka."""
+        return KafkaLogConfig(bootstrap_servers=self.bootstrap_servers,
+                              topic=self.coordination_topic,
+                              kafka_config=dict(self.kafka_config))
+
+    @property
+    def settle_timeout(self) -> float:
+        """Seconds to wait for the first claims."""
+        if self.settle_timeout_s is not None:
+            return self.settle_timeout_s
+        return 3 * self.heartbeat_interval_s + 5
+
+
+def parse_options(raw: Mapping[str, str]) -> SourceOptions:
+    """Validate Spark's option map (keys are case-insensitive there: we compare lowercased)."""
+    given = {k.lower(): (k, str(v)) for k, v in raw.items()}
+    known = {k.lower(): k for k in OPTIONS}
+    kafka_config: dict[str, Any] = {}
+    for lower, (name, value) in given.items():
+        if lower.startswith("kafka."):
+            kafka_config[name[len("kafka."):]] = _kafka_value(value)
+        elif lower not in known and lower != "path":
+            raise ConfigurationError(
+                f"unknown option {name!r} of the marshal source; known options: "
+                f"{', '.join(sorted(OPTIONS))}, and kafka.<kafka-python setting>"
+            )
+
+    def get(name: str) -> str | None:
+        found = given.get(name.lower())
+        return None if found is None else found[1].strip()
+
+    def required(name: str) -> str:
+        value = get(name)
+        if not value:
+            raise ConfigurationError(f"option {name!r} of the marshal source is required "
+                                     f"({OPTIONS[name]})")
+        return value
+
+    topics = tuple(dict.fromkeys(t.strip() for t in required("topics").split(",") if t.strip()))
+    if not topics:
+        raise ConfigurationError("option 'topics' names no topic; give e.g. 'events' or 'a,b'")
+    mode = (get("mode") or "alo").lower()
+    if mode not in ("alo", "amo", "share"):
+        raise ConfigurationError(f"option 'mode' must be alo, amo or share, not {mode!r}")
+    offset_reset = (get("offset.reset") or "latest").lower()
+    if offset_reset not in ("latest", "earliest"):
+        raise ConfigurationError(
+            f"option 'offset.reset' must be latest or earliest, not {offset_reset!r}")
+    balance = (get("balance") or "fair").lower()
+    if balance not in ("fair", "greedy"):
+        raise ConfigurationError(f"option 'balance' must be fair or greedy, not {balance!r}")
+    start_time = None
+    if (text := get("start.datetime")) is not None:
+        try:
+            start_time = datetime.fromisoformat(text)
+        except ValueError:
+            raise ConfigurationError(
+                f"option 'start.datetime' {text!r} is not an ISO-8601 time, e.g. "
+                "2026-11-22T08:00:00+00:00") from None
+        if start_time.tzinfo is None:
+            raise ConfigurationError("option 'start.datetime' needs a time zone, e.g. "
+                                     "2026-11-22T08:00:00+00:00")
+    options = SourceOptions(
+        bootstrap_servers=required("bootstrap.servers"),
+        group=required("group"),
+        topics=topics,
+        mode=mode,  # type: ignore[arg-type]
+        client_id=get("client.id") or f"spark-{socket.gethostname()}",
+        heartbeat_interval_s=_number(get, "heartbeat.interval", 10.0, minimum=0.01),
+        offset_reset=offset_reset,  # type: ignore[arg-type]
+        start_time=start_time,
+        balance=balance,  # type: ignore[arg-type]
+        max_claims=_integer(get, "max.claims", None, minimum=1),
+        lock_duration_s=_number(get, "lock.duration", DEFAULT_LOCK_MS / 1000, minimum=1,
+                                maximum=3600),
+        delivery_limit=_integer(get, "delivery.limit", DEFAULT_DELIVERY_LIMIT, minimum=2,
+                                maximum=10) or DEFAULT_DELIVERY_LIMIT,
+        inflight_limit=_integer(get, "inflight.limit", DEFAULT_INFLIGHT_LIMIT, minimum=1,
+                                maximum=10_000) or DEFAULT_INFLIGHT_LIMIT,
+        max_records_per_trigger=_integer(get, "maxRecordsPerTrigger", None, minimum=1),
+        max_records_per_partition=_integer(get, "maxRecordsPerPartition", 100_000,
+                                           minimum=1) or 100_000,
+        min_partitions=_integer(get, "minPartitions", None, minimum=1),
+        fail_on_data_loss=_boolean(get, "failOnDataLoss", True),
+        fetch_timeout_s=_number(get, "fetch.timeout", 60.0, minimum=0.1),
+        coordination_topic=get("coordination.topic") or DEFAULT_COORDINATION_TOPIC,
+        replay_window_s=_number(get, "replay.window", DEFAULT_REPLAY_WINDOW_MS / 1000,
+                                minimum=0),
+        settle_timeout_s=(None if get("settle.timeout") is None
+                          else _number(get, "settle.timeout", 0.0, minimum=0)),
+        kafka_config=kafka_config,
+    )
+    # Reject kafka.* settings kafka-python does not know, now rather than in every task.
+    options.log_config.client_config()
+    return options
+
+
+def _number(get: Any, name: str, default: float, *, minimum: float,
+            maximum: float | None = None) -> float:
+    text = get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigurationError(f"option {name!r} must be a number, not {text!r}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bounds = f">= {minimum:g}" if maximum is None else f"between {minimum:g} and {maximum:g}"
+        raise ConfigurationError(f"option {name!r} must be {bounds}, not {text}")
+    return value
+
+
+def _integer(get: Any, name: str, default: int | None, *, minimum: int,
+             maximum: int | None = None) -> int | None:
+    text = get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigurationError(f"option {name!r} must be an integer, not {text!r}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bounds = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise ConfigurationError(f"option {name!r} must be {bounds}, not {text}")
+    return value
+
+
+def _boolean(get: Any, name: str, default: bool) -> bool:
+    text = get(name)
+    if text is None:
+        return default
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise ConfigurationError(f"option {name!r} must be true or false, not {text!r}")
+
+
+def _kafka_value(text: str) -> Any:
+    """kafka-python wants ints and booleans as such; Spark options are all strings."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text

@@ -1,0 +1,131 @@
+"""The Spark source's offsets and task splitting: pure functions, no Spark, no Kafka.
+
+Spark writes every micro-batch's end offset to its checkpoint before running the batch, and
+hands it back to us on restart. Ours (:class:`BatchOffset`) is self-describing:
+
+``{"v": 1, "planner": "<instance id>", "batch": 7, "next": {"events": {"0": 120}},
+"ranges": [["events", 0, 100, 120, 1]]}``
+
+* ``ranges``: exactly what the batch reads: ``[topic, partition, start, end, delivery count]``
+  (``end`` exclusive). A re-run of the batch after a crash reads from this, never from a
+  recomputation.
+* ``next``: for every partition this query has read, the offset after the last record of it
+  that a batch planned (exclusive modes). When ``latestOffset(start)`` is called, every batch
+  up to ``start`` is complete, so ``start.next`` is a floor: a partition is never planned
+  below it again.
+* ``planner`` / ``batch``: which process planned the batch (its member instance id), and a
+  counter. A batch planned by another process is a re-run after a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from marshal_py.client.batch_member import PlannedRange
+from marshal_py.errors import MarshalError
+
+OFFSET_VERSION = 1
+TP = tuple[str, int]
+
+
+class OffsetFormatError(MarshalError):
+    """A checkpointed offset is not one this version of the source wrote."""
+
+
+@dataclass(frozen=True)
+class BatchOffset:
+    """One micro-batch's end offset (see the module docstring)."""
+
+    planner: str = ""
+    batch: int = 0
+    next: Mapping[TP, int] = field(default_factory=dict)
+    ranges: tuple[PlannedRange, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """Identifies the batch: (planner, batch)."""
+        return (self.planner, self.batch)
+
+    def to_json(self) -> dict[str, Any]:
+        """The dict Spark stores (primitive types only)."""
+        nested: dict[str, dict[str, int]] = {}
+        for (topic, partition), offset in sorted(self.next.items()):
+            nested.setdefault(topic, {})[str(partition)] = offset
+        return {
+            "v": OFFSET_VERSION,
+            "planner": self.planner,
+            "batch": self.batch,
+            "next": nested,
+            "ranges": [[r.topic, r.partition, r.start, r.end, r.delivery_count]
+                       for r in self.ranges],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BatchOffset:
+        """Read an offset back; :class:`OffsetFormatError` names what is wrong."""
+        try:
+            version = data.get("v")
+            if version != OFFSET_VERSION:
+                raise OffsetFormatError(
+                    f"checkpointed offset has version {version!r}, this marshal_py reads "
+                    f"version {OFFSET_VERSION}; start the query with a new checkpoint location"
+                )
+            nexts = {(str(topic), int(p)): int(o)
+                     for topic, parts in dict(data["next"]).items()
+                     for p, o in dict(parts).items()}
+            ranges = tuple(PlannedRange(str(t), int(p), int(s), int(e), int(c))
+                           for t, p, s, e, c in data["ranges"])
+            return cls(str(data["planner"]), int(data["batch"]), nexts, ranges)
+        except OffsetFormatError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise OffsetFormatError(
+                f"checkpointed offset {dict(data)!r} is not a marshal source offset ({exc}); "
+                "was the checkpoint written by another source? Use a new checkpoint location"
+            ) from None
+
+    def following(self, planner: str, batch: int, ranges: Iterable[PlannedRange]
+                  ) -> BatchOffset:
+        """The offset of the next batch, reading ``ranges``."""
+        planned = tuple(ranges)
+        nexts = dict(self.next)
+        for r in planned:
+            key = (r.topic, r.partition)
+            nexts[key] = max(nexts.get(key, 0), r.end)
+        return BatchOffset(planner, batch, nexts, planned)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadTask:
+    """What one Spark task reads: ``[start, end)`` of one partition (one delivery count)."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    delivery_count: int = 1
+
+
+def split_ranges(ranges: Iterable[PlannedRange], max_per_task: int,
+                 min_tasks: int | None = None) -> list[ReadTask]:
+    """Cut ranges into tasks of at most ``max_per_task`` offsets, and into more, evenly, when
+    fewer than ``min_tasks`` would result. Deterministic; never an empty task."""
+    planned = [r for r in ranges if r.end > r.start]
+    total = sum(r.size for r in planned)
+    if total == 0:
+        return []
+    limit = max(1, max_per_task)
+    if min_tasks is not None and min_tasks > 0:
+        limit = min(limit, max(1, -(-total // min_tasks)))
+    tasks = []
+    for r in planned:
+        pieces = -(-r.size // limit)
+        base, extra = divmod(r.size, pieces)
+        start = r.start
+        for i in range(pieces):
+            end = start + base + (1 if i < extra else 0)
+            tasks.append(ReadTask(r.topic, r.partition, start, end, r.delivery_count))
+            start = end
+    return tasks
