@@ -20,6 +20,7 @@ The life of a micro-batch:
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -100,6 +101,7 @@ class MarshalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             marshaler.close()
             raise
         self._marshaler, self._member = marshaler, member
+        _leave_gracefully_on_sigterm()
         log.info("marshal source joined group %s as %s (instance %s, mode %s)", o.group,
                  o.client_id, member.instance_id, o.mode)
         return member
@@ -205,3 +207,22 @@ class MarshalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             member.complete(self._inflight.pop(key))
             if key == done.key:
                 break
+
+
+def _leave_gracefully_on_sigterm() -> None:
+    """Spark stops a query's driver-side Python worker with SIGTERM, whose default action
+    would kill it before :meth:`MarshalStreamReader.stop` could release the partitions (the
+    worker calls ``stop`` when its command loop ends). Turn the first SIGTERM into
+    ``SystemExit`` in the worker's main thread, so the loop ends and ``stop`` runs; ignore
+    repeats while it does. Only where nobody installed a handler already."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        return
+
+    def leave(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        log.info("marshal source: SIGTERM, leaving the group")
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, leave)
