@@ -68,17 +68,13 @@ def share_budget(available: Mapping[TP, int], budget: int | None) -> dict[TP, in
         return wanted
     out = dict.fromkeys(wanted, 0)
     left = max(0, budget)
-    open_ = sorted(tp for tp, n in wanted.items() if n > 0)
-    while left > 0 and open_:
-        base, extra = divmod(left, len(open_))
-        still = []
-        for i, tp in enumerate(open_):
-            give = min(wanted[tp] - out[tp], base + (1 if i < extra else 0))
-            out[tp] += give
-            left -= give
-            if out[tp] < wanted[tp]:
-                still.append(tp)
-        open_ = still  # every round gives at least one record, so this ends
+    # Smallest first: each takes an equal share of what is left, or all it can use; so
+    # partitions that could use more all end within one record of each other.
+    ordered = sorted(wanted, key=lambda tp: (wanted[tp], tp))
+    for i, tp in enumerate(ordered):
+        give = min(wanted[tp], left // (len(ordered) - i))
+        out[tp] = give
+        left -= give
     return out
 
 

@@ -66,7 +66,7 @@ class BatchOffset:
     def from_json(cls, data: Mapping[str, Any]) -> BatchOffset:
         """Read an offset back; :class:`OffsetFormatError` names what is wrong."""
         try:
-            version = data.get("v")
+            version = data["v"]
             if version != OFFSET_VERSION:
                 raise OffsetFormatError(
                     f"checkpointed offset has version {version!r}, this marshal_py reads "

@@ -1,0 +1,240 @@
+"""The ``marshal`` Spark source on the real broker and real (local[2]) Spark.
+
+Every batch a query runs is written by a ``foreachBatch`` sink to one JSON file per run and
+batch id (``run1-batch00002.json``: [partition, offset, delivery count] per row), so a test
+sees exactly which run read what, and a failure is injected deterministically by raising in
+the sink before it writes (Spark then has the batch in its offset log and not in its commit
+log: the next run re-runs it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+
+from marshal_py import Marshaler
+from marshal_py.spark.planning import BatchOffset
+from marshal_py.spark.source import register
+from tests.integration.consumer_support import HI, TP, Cluster, run_marshal, wait_for
+
+pytestmark = pytest.mark.integration
+
+Row = tuple[int, int, int]  # partition, offset, delivery count
+
+
+@pytest.fixture
+def world(kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def marshal_spark(spark: SparkSession) -> SparkSession:
+    register(spark)
+    return spark
+
+
+class Query:
+    """One run of a streaming query over the test's topic, sinking batches to files."""
+
+    def __init__(self, spark: SparkSession, world: Cluster, workdir: Path, run: int, *,
+                 mode: str = "alo", fail_at: int | None = None, available_now: bool = True,
+                 options: dict[str, str] | None = None) -> None:
+        self.out = workdir / "out"
+        self.out.mkdir(exist_ok=True)
+        self.checkpoint = workdir / "checkpoint"
+        reader = (spark.readStream.format("marshal")
+                  .option("bootstrap.servers", world.bootstrap)
+                  .option("coordination.topic", world.ctopic)
+                  .option("group", world.group)
+                  .option("topics", world.topic)
+                  .option("mode", mode)
+                  .option("client.id", "spark-query")
+                  .option("heartbeat.interval", str(HI))
+                  .option("offset.reset", "earliest"))
+        for key, value in (options or {}).items():
+            reader = reader.option(key, value)
+        out = self.out
+
+        def sink(batch: Any, batch_id: int) -> None:
+            if fail_at is not None and batch_id == fail_at:
+                raise RuntimeError(f"injected failure in batch {batch_id}")
+            rows = [[r.partition, r.offset, r.delivery_count]
+                    for r in batch.select("partition", "offset", "delivery_count").collect()]
+            (out / f"run{run}-batch{batch_id:05d}.json").write_text(json.dumps(rows))
+
+        writer = (reader.load().writeStream.foreachBatch(sink)
+                  .option("checkpointLocation", str(self.checkpoint)))
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime="200 milliseconds")
+        self.query = writer.start()
+
+    def wait(self) -> None:
+        self.query.awaitTermination(timeout=180)
+        assert not self.query.isActive, "the query did not finish within 180 s"
+
+
+def batches(out: Path, run: int | None = None) -> dict[tuple[int, int], list[Row]]:
+    """(run, batch id) -> rows written."""
+    found = {}
+    for path in sorted(out.glob("run*-batch*.json")):
+        r, b = path.stem.split("-")
+        key = (int(r[3:]), int(b[5:]))
+        if run is None or key[0] == run:
+            found[key] = [tuple(row) for row in json.loads(path.read_text())]
+    return found  # type: ignore[return-value]
+
+
+def offsets_of(rows: Iterator[Row] | list[Row]) -> list[TP]:
+    return [(p, o) for p, o, _ in rows]
+
+
+def all_rows(out: Path, run: int | None = None) -> list[Row]:
+    return [row for rows in batches(out, run).values() for row in rows]
+
+
+def checkpointed(checkpoint: Path, batch_id: int) -> BatchOffset:
+    """The source's end offset of a batch, as Spark wrote it to its offset log."""
+    lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    return BatchOffset.from_json(json.loads(lines[-1]))
+
+
+def fail_then_restart(spark: SparkSession, world: Cluster, tmp_path: Path, mode: str,
+                      between: Any = None, **options: str) -> BatchOffset:
+    """Run 1 fails in batch 2; ``between()`` runs; run 2 restarts from the checkpoint."""
+    opts = {"maxRecordsPerTrigger": "500", **options}
+    first = Query(spark, world, tmp_path, 1, mode=mode, fail_at=2, options=opts)
+    with pytest.raises(StreamingQueryException, match="injected failure"):
+        first.query.awaitTermination(timeout=180)
+    interrupted = checkpointed(first.checkpoint, 2)
+    if between is not None:
+        between()
+    Query(spark, world, tmp_path, 2, mode=mode, options=opts).wait()
+    return interrupted
+
+
+def test_alo_restart_from_checkpoint_re_runs_the_interrupted_batch_and_loses_nothing(
+        marshal_spark: SparkSession, world: Cluster, tmp_path: Path) -> None:
+    produced = world.producer.send(3000)
+    interrupted = fail_then_restart(marshal_spark, world, tmp_path, "alo")
+    out = tmp_path / "out"
+    assert sorted(batches(out, 1)) == [(1, 0), (1, 1)]
+    assert len(all_rows(out, 1)) == 1000  # maxRecordsPerTrigger
+    rerun = batches(out, 2)[(2, 2)]
+    # The re-run batch reads exactly what the interrupted one had planned.
+    assert sorted(offsets_of(rerun)) == sorted(
+        (r.partition, o) for r in interrupted.ranges for o in range(r.start, r.end))
+    seen = Counter(offsets_of(all_rows(out)))
+    assert set(seen) == set(produced), "records lost"
+    assert max(seen.values()) == 1, "nothing needs re-reading after a clean hand-over"
+    # The query released its partitions with everything committed.
+    rows = world.state()
+    assert {r["partition"]: r["committed_offset"] for r in rows} == world.producer.ends()
+    assert all(r["status"] == "unclaimed" for r in rows)
+
+
+def test_alo_restart_drops_what_another_member_processed_meanwhile(
+        marshal_spark: SparkSession, world: Cluster, tmp_path: Path) -> None:
+    produced = world.producer.send(3000)
+    by_python: list[TP] = []
+
+    def python_member_consumes_some() -> None:
+        with Marshaler(world.bootstrap, world.group, client_id="python-member",
+                       heartbeat_interval=HI, coordination_topic=world.ctopic) as m:
+            consumer = m.consumer([world.topic], offset_reset="earliest")
+            for record in consumer:
+                by_python.append((record.partition, record.offset))
+                consumer.commit(record)
+                if len(by_python) == 700:
+                    break
+
+    interrupted = fail_then_restart(marshal_spark, world, tmp_path, "alo",
+                                    between=python_member_consumes_some)
+    out = tmp_path / "out"
+    planned = {(r.partition, o) for r in interrupted.ranges for o in range(r.start, r.end)}
+    assert planned & set(by_python), "the test needs the Python member to take some of them"
+    run2 = offsets_of(all_rows(out, 2))
+    assert not set(run2) & set(by_python), "re-read what another member had processed"
+    everything = Counter(offsets_of(all_rows(out)) + by_python)
+    assert set(everything) == set(produced), "records lost"
+    assert max(everything.values()) == 1
+
+
+def test_amo_restart_never_reads_the_interrupted_batch_again(
+        marshal_spark: SparkSession, world: Cluster, tmp_path: Path) -> None:
+    produced = world.producer.send(3000)
+    interrupted = fail_then_restart(marshal_spark, world, tmp_path, "amo")
+    seen = Counter(offsets_of(all_rows(tmp_path / "out")))
+    assert max(seen.values()) == 1, "at-most-once delivered a record twice"
+    planned = {(r.partition, o) for r in interrupted.ranges for o in range(r.start, r.end)}
+    # Exactly the interrupted batch is lost: it was confirmed as delivered before it ran.
+    assert set(produced) - set(seen) == planned
+    assert len(planned) == 500
+
+
+def test_share_restart_redelivers_the_interrupted_batch_with_a_higher_delivery_count(
+        marshal_spark: SparkSession, world: Cluster, tmp_path: Path) -> None:
+    produced = world.producer.send(2000)
+    interrupted = fail_then_restart(marshal_spark, world, tmp_path, "share",
+                                    **{"lock.duration": "5"})
+    rows = all_rows(tmp_path / "out")
+    seen = Counter(offsets_of(rows))
+    assert set(seen) == set(produced), "records lost"
+    assert max(seen.values()) == 1, "a record accepted twice"
+    planned = {(r.partition, o) for r in interrupted.ranges for o in range(r.start, r.end)}
+    counts = {(p, o): c for p, o, c in rows}
+    assert {counts[tp] for tp in planned} == {2}
+    assert {c for tp, c in counts.items() if tp not in planned} == {1}
+    # Every record is acknowledged in the share-partitions' state in the log.
+    result = run_marshal("state", "--shares", "--json", "--bootstrap-servers", world.bootstrap,
+                         "--coordination-topic", world.ctopic, "--group", world.group,
+                         "--heartbeat-interval", str(HI))
+    assert result.returncode == 0, result.stderr
+    spso = {row["partition"]: row["spso"] for row in json.loads(result.stdout)}
+    assert spso == world.producer.ends()
+
+
+def test_query_and_two_python_members_share_a_topic_and_python_takes_over_after_stop(
+        marshal_spark: SparkSession, kafka_bootstrap: str, unique_name: str,
+        tmp_path: Path) -> None:
+    world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=12)
+    try:
+        members = [world.spawn(f"py{i}") for i in (1, 2)]
+        for member in members:
+            member.wait_joined()
+        query = Query(marshal_spark, world, tmp_path, 1, available_now=False)
+        # Three members on 12 partitions: fair shares of 4 each.
+        world.watcher.wait_owned(
+            lambda owners: Counter(o.client_id for o in owners.values() if o) ==
+            {"spark-query": 4, "py1": 4, "py2": 4}, 60, "4 partitions each")
+        first = world.producer.send(6000)
+
+        def consumed() -> set[TP]:
+            return set(world.printed()) | set(offsets_of(all_rows(tmp_path / "out")))
+
+        wait_for(lambda: set(first) <= consumed(), 90, "6000 records consumed by the three",
+                 interval=0.2)
+        by_spark = set(offsets_of(all_rows(tmp_path / "out")))
+        assert len({p for p, _ in by_spark}) == 4
+        query.query.stop()
+        # The stopped query released its partitions: the Python members take all 12.
+        world.watcher.wait_owned(
+            lambda owners: Counter(o.client_id for o in owners.values() if o) ==
+            {"py1": 6, "py2": 6}, 30, "the Python members to hold 6 each")
+        second = world.producer.send(1200)
+        world.wait_consumed(second, timeout=60, procs=members)
+        assert set(first) | set(second) <= consumed(), "records lost"
+    finally:
+        world.close()

@@ -1,0 +1,120 @@
+"""The Spark source's pure parts: options, checkpointed offsets, budget and task splitting."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from marshal_py.client.batch_member import PlannedRange, share_budget
+from marshal_py.errors import ConfigurationError
+from marshal_py.spark.options import OPTIONS, parse_options
+from marshal_py.spark.planning import BatchOffset, OffsetFormatError, split_ranges
+
+BASE = {"bootstrap.servers": "127.0.0.1:9092", "group": "g", "topics": "a, b,a"}
+
+
+def test_options_defaults_and_parsing() -> None:
+    o = parse_options({**BASE, "maxRecordsPerTrigger": "500", "MODE": "Share",
+                       "kafka.security_protocol": "PLAINTEXT", "failOnDataLoss": "false"})
+    assert o.topics == ("a", "b")
+    assert o.mode == "share"
+    assert o.max_records_per_trigger == 500
+    assert o.fail_on_data_loss is False
+    assert o.kafka_config == {"security_protocol": "PLAINTEXT"}
+    assert o.client_id.startswith("spark-")
+    assert o.settle_timeout == 3 * 10.0 + 5
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"group": "g", "topics": "a"}, "'bootstrap.servers' of the marshal source is required"),
+    ({**BASE, "topics": " , "}, "names no topic"),
+    ({**BASE, "mode": "exactly-once"}, "must be alo, amo or share"),
+    ({**BASE, "maxRecordsPerTrigger": "0"}, "'maxRecordsPerTrigger' must be >= 1"),
+    ({**BASE, "maxRecordsPerTrigger": "many"}, "must be an integer"),
+    ({**BASE, "lock.duration": "7200"}, "between 1 and 3600"),
+    ({**BASE, "heartbeat.interval": "0"}, "'heartbeat.interval' must be >= 0.01"),
+    ({**BASE, "failOnDataLoss": "maybe"}, "true or false"),
+    ({**BASE, "start.datetime": "2026-11-22T08:00:00"}, "needs a time zone"),
+    ({**BASE, "grup": "x"}, "unknown option 'grup'"),
+    ({**BASE, "kafka.no_such_setting": "1"}, "unknown kafka-python setting"),
+])
+def test_bad_options_are_refused_with_the_option_named(raw: dict[str, str],
+                                                       message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        parse_options(raw)
+
+
+def test_every_option_is_documented_in_the_readme() -> None:
+    from pathlib import Path
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    missing = [name for name in OPTIONS if f"`{name}`" not in readme]
+    assert not missing, f"README.md lacks options {missing}"
+
+
+def test_offsets_round_trip_and_carry_floors_forward() -> None:
+    first = BatchOffset()
+    assert BatchOffset.from_json(first.to_json()) == first
+    ranges = [PlannedRange("t", 0, 0, 10), PlannedRange("t", 3, 5, 7, 2)]
+    second = first.following("abc", 1, ranges)
+    assert second.to_json() == {"v": 1, "planner": "abc", "batch": 1,
+                                "next": {"t": {"0": 10, "3": 7}},
+                                "ranges": [["t", 0, 0, 10, 1], ["t", 3, 5, 7, 2]]}
+    assert BatchOffset.from_json(second.to_json()) == second
+    third = second.following("abc", 2, [PlannedRange("t", 0, 10, 12)])
+    assert third.next == {("t", 0): 12, ("t", 3): 7}
+    assert third.key == ("abc", 2)
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"v": 2, "planner": "", "batch": 0, "next": {}, "ranges": []}, "version 2"),
+    ({"offset": 3}, "not a marshal source offset"),
+    ({"v": 1, "planner": "", "batch": 0, "next": {}, "ranges": [["t", 0]]},
+     "not a marshal source offset"),
+])
+def test_foreign_or_newer_offsets_are_refused_clearly(data: dict[str, object],
+                                                      message: str) -> None:
+    with pytest.raises(OffsetFormatError, match=message):
+        BatchOffset.from_json(data)
+
+
+def test_split_ranges_cuts_large_ranges_evenly() -> None:
+    tasks = split_ranges([PlannedRange("t", 0, 0, 10), PlannedRange("t", 1, 4, 4)], 4)
+    assert [(t.start, t.end) for t in tasks] == [(0, 4), (4, 7), (7, 10)]
+    assert split_ranges([], 10) == []
+
+
+def test_split_ranges_honours_min_tasks() -> None:
+    tasks = split_ranges([PlannedRange("t", 0, 0, 100)], 1000, min_tasks=4)
+    assert [(t.start, t.end) for t in tasks] == [(0, 25), (25, 50), (50, 75), (75, 100)]
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1000), st.integers(0, 500)),
+                max_size=6),
+       st.integers(1, 300), st.one_of(st.none(), st.integers(1, 20)))
+def test_split_ranges_covers_every_offset_once(spec: list[tuple[int, int, int]], limit: int,
+                                               min_tasks: int | None) -> None:
+    ranges = [PlannedRange("t", p, s, s + n) for p, s, n in spec]
+    tasks = split_ranges(ranges, limit, min_tasks)
+    covered = sorted((t.partition, o) for t in tasks for o in range(t.start, t.end))
+    wanted = sorted((r.partition, o) for r in ranges for o in range(r.start, r.end))
+    assert covered == wanted
+    assert all(0 < t.end - t.start <= limit for t in tasks)
+
+
+@given(st.dictionaries(st.tuples(st.just("t"), st.integers(0, 20)), st.integers(-5, 1000),
+                       max_size=12),
+       st.one_of(st.none(), st.integers(0, 5000)))
+def test_share_budget_is_fair_and_never_over(available: dict[tuple[str, int], int],
+                                             budget: int | None) -> None:
+    out = share_budget(available, budget)
+    assert all(0 <= out[tp] <= max(0, n) for tp, n in available.items())
+    total_available = sum(max(0, n) for n in available.values())
+    if budget is None:
+        assert sum(out.values()) == total_available
+        return
+    assert sum(out.values()) == min(budget, total_available)
+    # Water-filling: a partition that got less than it could have got no less than any other.
+    for tp, n in available.items():
+        if out[tp] < max(0, n):
+            assert all(out[tp] >= out[other] - 1 for other in out)
