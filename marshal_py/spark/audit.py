@@ -1,0 +1,468 @@
+"""The Spark audit engine: the coordination log audited in parallel, per rationalizer domain.
+
+1. ``marshal_log`` (:mod:`marshal_py.spark.log_source`) reads the raw records, one task per
+   coordination partition (or offset range of one).
+2. Each record is decoded once to route it (:func:`marshal_py.admin.audit.route`): its bucket
+   is its (group, topic, partition); member heartbeats of a (group, topic) are one bucket;
+   every record of a (group, topic) whose log holds a ``ResettingSharePartition`` is one bucket
+   (a reset's verdict depends on the liveness of the whole (group, topic)); undecodable
+   records are one bucket per coordination partition.
+3. ``groupBy(bucket).applyInArrow``: per bucket, its records sorted by (coordination
+   partition, offset) go through a fresh :class:`Rationalizer` observed by the same
+   :class:`~marshal_py.admin.audit.AuditObserver` as the local engine's, giving observation
+   rows (one wide schema, :data:`~marshal_py.admin.audit.WIDE_COLUMNS`).
+4. The tables — partition counters, stints, AMO ranges, per-offset share history, summaries
+   and every invariant check — are DataFrame operations over those rows, then Parquet.
+
+Why a bucket's own rationalizer gives each record the verdict one rationalizer over the whole
+log gives it: see :mod:`marshal_py.admin.audit` and ``tests/property/test_audit_decomposition.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from marshal_py.admin.audit import (
+    AMO_RECONFIRMED,
+    AMO_REGRESSED,
+    GARBAGE,
+    OVERLAPPING_OWNERS,
+    RESET,
+    SHARE_ACCEPTED_TWICE,
+    TABLES,
+    WHOLE_TOPIC,
+    WIDE_COLUMNS,
+    AuditObserver,
+    ColumnSpec,
+    RecordRow,
+    ShareRangeRow,
+    ShareStateRow,
+    StintRow,
+    route,
+)
+from marshal_py.admin.audit_local import AuditResult, Progress, prepare_output
+from marshal_py.protocol.placement import coordination_partition
+from marshal_py.world.rationalizer import Rationalizer, RationalizerConfig
+from marshal_py.world.records import CoordinationRecord
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+_ROUTE_COLUMNS = (("r_kind", "str"), ("r_group", "str"), ("r_topic", "str"),
+                  ("r_partition", "int32"))
+
+
+def spark_schema(spec: ColumnSpec) -> Any:
+    """The Spark StructType of a column spec (every column nullable)."""
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    types = {"str": StringType(), "int32": IntegerType(), "int64": LongType(),
+             "binary": BinaryType()}
+    return StructType([StructField(name, types[kind], True) for name, kind in spec])
+
+
+def _arrow_schema(spec: ColumnSpec) -> Any:
+    import pyarrow as pa
+
+    types = {"str": pa.string(), "int32": pa.int32(), "int64": pa.int64()}
+    return pa.schema([(name, types[kind]) for name, kind in spec])
+
+
+def route_batches(partition_count: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """mapInArrow function adding the routing columns to raw log batches."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        out_types = [pa.string(), pa.string(), pa.string(), pa.int32()]
+        for batch in batches:
+            cps = batch.column("coordination_partition").to_pylist()
+            values = batch.column("value").to_pylist()
+            routes = [route(v, cp, partition_count) for cp, v in zip(cps, values, strict=True)]
+            columns: list[Any] = list(zip(*routes, strict=True)) if routes else [[]] * 4
+            arrays = [*batch.columns,
+                      *(pa.array(list(c), type=t) for c, t in zip(columns, out_types,
+                                                                  strict=True))]
+            names = [*batch.schema.names, *(n for n, _ in _ROUTE_COLUMNS)]
+            yield pa.RecordBatch.from_arrays(arrays, names=names)
+
+    return run
+
+
+class _WideSink:
+    """Collects observation rows as columns of the wide schema."""
+
+    def __init__(self) -> None:
+        self.names = [name for name, _ in WIDE_COLUMNS]
+        self.columns: dict[str, list[Any]] = {name: [] for name in self.names}
+        self.rows = 0
+
+    def _add(self, kind: str, row: tuple[Any, ...]) -> None:
+        fields: tuple[str, ...] = row._fields  # type: ignore[attr-defined]
+        self.columns["kind"].append(kind)
+        present = set(fields)
+        for name, value in zip(fields, row, strict=True):
+            self.columns[name].append(value)
+        for name in self.names[1:]:
+            if name not in present:
+                self.columns[name].append(None)
+        self.rows += 1
+
+    def record(self, row: RecordRow) -> None:
+        self._add("record", row)
+
+    def stint(self, row: StintRow) -> None:
+        self._add("stint", row)
+
+    def share_range(self, row: ShareRangeRow) -> None:
+        self._add("share_range", row)
+
+    def share_state(self, row: ShareStateRow) -> None:
+        self._add("share_state", row)
+
+    def table(self) -> Any:
+        import pyarrow as pa
+
+        schema = _arrow_schema(WIDE_COLUMNS)
+        return pa.Table.from_arrays(
+            [pa.array(self.columns[f.name], type=f.type) for f in schema], schema=schema)
+
+
+def observe_bucket(partition_count: int, heartbeat_interval_ms: int,
+                   group_intervals: dict[str, int] | None = None) -> Callable[[Any], Any]:
+    """applyInArrow function: one bucket's records through a fresh rationalizer."""
+
+    def run(table: Any) -> Any:
+        table = table.sort_by([("coordination_partition", "ascending"),
+                               ("offset", "ascending")])
+        rationalizer = Rationalizer(RationalizerConfig(
+            coordination_partitions=partition_count,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            group_heartbeat_intervals=dict(group_intervals or {})))
+        sink = _WideSink()
+        observer = AuditObserver(rationalizer, sink)
+        rationalizer.observe(observer)
+        cps = table.column("coordination_partition").to_pylist()
+        offsets = table.column("offset").to_pylist()
+        stamps = table.column("timestamp_ms").to_pylist()
+        values = table.column("value").to_pylist()
+        for cp, offset, ts, value in zip(cps, offsets, stamps, values, strict=True):
+            rationalizer.apply(CoordinationRecord(cp, offset, ts, value))
+        observer.finish()
+        return sink.table()
+
+    return run
+
+
+def _bucketed(raw: DataFrame, partition_count: int, group: str | None,
+              topic: str | None) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    routed_schema = spark_schema((("coordination_partition", "int32"), ("offset", "int64"),
+                                  ("timestamp_ms", "int64"), ("value", "binary"),
+                                  *_ROUTE_COLUMNS))
+    routed = raw.mapInArrow(route_batches(partition_count), routed_schema)
+    if group is not None or topic is not None:
+        keep = F.col("r_kind") == GARBAGE
+        match = F.lit(True)
+        if group is not None:
+            match = match & (F.col("r_group") == group)
+        if topic is not None:
+            match = match & (F.col("r_topic") == topic)
+        routed = routed.filter(keep | match)
+    routed = routed.persist()
+    resets = (routed.filter(F.col("r_kind") == RESET).select("r_group", "r_topic").distinct()
+              .withColumn("r_whole", F.lit(True)))
+    joined = routed.join(F.broadcast(resets), ["r_group", "r_topic"], "left")
+    bucket_partition = (
+        F.when(F.col("r_kind") == GARBAGE, F.lit(None).cast("int"))
+        .when(F.col("r_kind") == "misplaced", F.col("r_partition"))
+        .when((F.col("r_kind") == "member") | F.col("r_whole").isNotNull(), F.lit(WHOLE_TOPIC))
+        .otherwise(F.col("r_partition")))
+    return joined.select(
+        "coordination_partition", "offset", "timestamp_ms", "value",
+        F.col("r_group").alias("b_group"), F.col("r_topic").alias("b_topic"),
+        bucket_partition.alias("b_partition"))
+
+
+def _tables(obs: DataFrame) -> dict[str, DataFrame]:
+    """Every audit table from the observation rows, with DataFrame operations only."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    key = ["group", "topic", "partition"]
+    rec = obs.filter(F.col("kind") == "record")
+    stints = obs.filter(F.col("kind") == "stint")
+    shares = obs.filter(F.col("kind") == "share_range")
+    states = obs.filter(F.col("kind") == "share_state")
+    v = F.col("verdict")
+
+    def count_if(cond: Any) -> Any:
+        return F.sum(F.when(cond, 1).otherwise(0)).cast("long")
+
+    coordination = rec.groupBy("coordination_partition").agg(
+        F.count(F.lit(1)).cast("long").alias("records"),
+        count_if(v == "malformed").alias("malformed"),
+        count_if(v == "unknown_type").alias("unknown_type"),
+        count_if(v == "unknown_version").alias("unknown_version"),
+        count_if(v == "tombstone").alias("tombstones"),
+        count_if(v == "misplaced").alias("misplaced"),
+        count_if(v == "duplicate").alias("duplicates"))
+
+    exclusive = rec.filter(F.col("group").isNotNull() & F.col("partition").isNotNull()
+                           & (v != "misplaced") & F.col("hi_ms").isNotNull())
+    first_amo = F.min(F.when(v == "messages_claimed",
+                             F.struct("position", "amo_after"))).getField("amo_after")
+    partitions = exclusive.groupBy(*key).agg(
+        count_if(v == "claim_won").alias("claims_won"),
+        count_if(v == "claim_lost").alias("claims_lost"),
+        count_if((v == "claim_won") & (F.col("ended") == "taken_over")).alias("takeovers"),
+        count_if(v == "claim_reclaimed").alias("reclaims"),
+        count_if(v == "released").alias("releases"),
+        count_if(v == "heartbeat").alias("heartbeats"),
+        F.max("gap_ms").alias("max_heartbeat_gap_ms"),
+        count_if(F.col("gap_ms") > F.col("hi_ms")).alias("gaps_over_hi"),
+        first_amo.alias("amo_first_confirmed"),
+        F.max(F.struct("position", "amo_after")).getField("amo_after")
+        .alias("amo_last_confirmed"))
+
+    ownership = stints.select(*key, "client_id", "instance_id", "start_ms", "end_ms",
+                              "last_heartbeat_ms", "end_reason", "first_committed",
+                              "last_committed")
+    amo_ranges = stints.filter(F.col("batches") > 0).select(
+        *key, "client_id", "instance_id", "first_confirmed", "last_confirmed", "batches")
+
+    # -- invariants ------------------------------------------------------------------------
+    def str_or_none(column: str) -> Any:
+        return F.coalesce(F.col(column).cast("string"), F.lit("None"))
+
+    regressed = exclusive.filter(
+        F.col("amo_before").isNotNull()
+        & (F.col("amo_after").isNull() | (F.col("amo_after") < F.col("amo_before")))
+        & ~F.coalesce((v == "released") & F.col("offset").isNotNull()
+                      & (F.col("amo_after") == F.col("offset") - 1), F.lit(False))
+    ).select(F.lit(AMO_REGRESSED).alias("invariant"), *key, F.concat(
+        F.lit("AMO-confirmed offset fell from "), str_or_none("amo_before"), F.lit(" to "),
+        str_or_none("amo_after"), F.lit(" on "), v).alias("detail"),
+        F.col("timestamp_ms").alias("at_ms"))
+    reconfirmed = exclusive.filter(
+        (v == "messages_claimed") & F.col("amo_floor").isNotNull()
+        & F.col("offset").isNotNull() & (F.col("offset") <= F.col("amo_floor"))
+    ).select(F.lit(AMO_RECONFIRMED).alias("invariant"), *key, F.concat(
+        F.col("client_id"), F.lit("/"), F.col("instance_id"), F.lit(" confirmed up to "),
+        F.col("offset").cast("string"), F.lit(", at or below "),
+        F.col("amo_floor").cast("string"),
+        F.lit(" confirmed before its stint began")).alias("detail"),
+        F.col("timestamp_ms").alias("at_ms"))
+    by_start = Window.partitionBy(*key).orderBy("coordination_partition", "position")
+    until = (F.when(F.col("end_reason") == "released", F.col("end_ms"))
+             .when(F.col("end_reason") == "open", F.lit(None).cast("long"))
+             .otherwise(F.col("last_heartbeat_ms") + F.col("hi_ms")))
+    paired = stints.select(
+        *key, "client_id", "instance_id", "start_ms", "coordination_partition", "position",
+        F.lag("client_id").over(by_start).alias("prev_client"),
+        F.lag("instance_id").over(by_start).alias("prev_instance"),
+        F.lag(until).over(by_start).alias("prev_until"),
+        F.lag(F.lit(1)).over(by_start).alias("has_prev"))
+    overlapping = paired.filter(
+        F.col("has_prev").isNotNull()
+        & (F.col("prev_until").isNull() | (F.col("start_ms") < F.col("prev_until")))
+    ).select(F.lit(OVERLAPPING_OWNERS).alias("invariant"), *key, F.concat(
+        F.col("client_id"), F.lit("/"), F.col("instance_id"), F.lit(" began while "),
+        F.col("prev_client"), F.lit("/"), F.col("prev_instance"),
+        F.lit(" could hand out records until "),
+        F.coalesce(F.col("prev_until"), F.lit(-1)).cast("string")).alias("detail"),
+        F.col("start_ms").alias("at_ms"))
+    accepts = shares.filter(F.col("action") == "accept").select(
+        *key, "position", "timestamp_ms", "client_id", "instance_id",
+        F.explode(F.sequence("first", "last")).alias("offset"))
+    nth = F.row_number().over(Window.partitionBy(*key, "offset").orderBy("position"))
+    twice = accepts.withColumn("nth", nth).filter(F.col("nth") == 2).select(
+        F.lit(SHARE_ACCEPTED_TWICE).alias("invariant"), *key, F.concat(
+            F.lit("offset "), F.col("offset").cast("string"), F.lit(" accepted again by "),
+            F.col("client_id"), F.lit("/"), F.col("instance_id")).alias("detail"),
+        F.col("timestamp_ms").alias("at_ms"))
+    violations = regressed.unionByName(reconfirmed).unionByName(overlapping) \
+        .unionByName(twice)
+
+    # -- share history ---------------------------------------------------------------------
+    exploded = shares.select(*key, "position", "action", "epoch",
+                             F.explode(F.sequence("first", "last")).alias("offset"))
+    grants = (exploded.filter(F.col("action") == "grant")
+              .groupBy(*key, "offset", "epoch")
+              .agg(F.count(F.lit(1)).cast("long").alias("n"),
+                   F.max("position").alias("lgp"))
+              .groupBy(*key, "offset")
+              .agg(F.sum("n").cast("long").alias("acquisitions"),
+                   F.max(F.struct("epoch", "n")).getField("n").alias("last_delivery_count"),
+                   F.max("lgp").alias("last_grant_position")))
+    acks = (exploded.filter(F.col("action") != "grant").groupBy(*key, "offset").agg(
+        count_if(F.col("action") == "accept").alias("accepts"),
+        count_if(F.col("action") == "release").alias("releases"),
+        count_if(F.col("action") == "reject").alias("rejects"),
+        F.max(F.when(F.col("action") == "accept", F.col("position")))
+        .alias("last_accept_position")))
+    bounds = states.groupBy(*key).agg(F.first("spso").alias("spso"),
+                                      F.first("speo").alias("speo"))
+    in_flight = states.filter(F.col("first").isNotNull()).select(
+        *key, "state", F.explode(F.sequence("first", "last")).alias("offset"))
+    history = (grants.join(acks, [*key, "offset"], "left")
+               .join(bounds, key, "left")
+               .join(in_flight, [*key, "offset"], "left"))
+    final_state = (
+        F.when(F.col("offset") >= F.col("speo"), F.lit("available"))
+        .when(F.col("offset") >= F.col("spso"), F.coalesce(F.col("state"), F.lit("available")))
+        .when(F.coalesce(F.col("last_accept_position"), F.lit(-1))
+              > F.col("last_grant_position"), F.lit("acknowledged"))
+        .otherwise(F.lit("archived")))
+    share_history = history.select(
+        *key, "offset", "acquisitions",
+        F.coalesce(F.col("accepts"), F.lit(0)).cast("long").alias("accepts"),
+        F.coalesce(F.col("releases"), F.lit(0)).cast("long").alias("releases"),
+        F.coalesce(F.col("rejects"), F.lit(0)).cast("long").alias("rejects"),
+        "last_delivery_count", final_state.alias("final_state"))
+
+    # -- summary ---------------------------------------------------------------------------
+    gt = ["group", "topic"]
+    named = rec.filter(F.col("group").isNotNull())
+    per_topic = named.groupBy(*gt).agg(
+        F.count(F.lit(1)).cast("long").alias("records"),
+        F.countDistinct(F.when(F.col("partition").isNotNull() & (v != "misplaced"),
+                               F.col("partition"))).cast("long").alias("partitions"))
+    owners = stints.groupBy(*gt).agg(
+        F.countDistinct("client_id", "instance_id").cast("long").alias("owners"),
+        count_if(F.col("end_reason") == "taken_over").alias("takeovers"))
+    violated = violations.groupBy(*gt).agg(F.count(F.lit(1)).cast("long").alias("violations"))
+    summary = (per_topic.join(owners, gt, "left").join(violated, gt, "left").select(
+        *gt, "partitions", "records",
+        F.coalesce(F.col("owners"), F.lit(0)).cast("long").alias("owners"),
+        F.coalesce(F.col("takeovers"), F.lit(0)).cast("long").alias("takeovers"),
+        F.coalesce(F.col("violations"), F.lit(0)).cast("long").alias("violations")))
+
+    found = {"ownership": ownership, "partitions": partitions, "amo_ranges": amo_ranges,
+             "share_history": share_history, "violations": violations, "summary": summary,
+             "coordination": coordination}
+    return {name: found[name].select(*(F.col(c).cast("int" if k == "int32" else
+                                                     "long" if k == "int64" else "string")
+                                       for c, k in spec))
+            for name, spec in TABLES.items()}
+
+
+class _StageProgress:
+    """Reports Spark's progress (tasks done) on a background thread."""
+
+    def __init__(self, spark: SparkSession, progress: Progress | None) -> None:
+        self.spark = spark
+        self.progress = progress
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="audit-progress")
+
+    def _run(self) -> None:
+        tracker = self.spark.sparkContext.statusTracker()
+        started = time.monotonic()
+        while not self.stop.wait(2.0):
+            done = total = 0
+            for stage_id in tracker.getActiveStageIds():
+                info = tracker.getStageInfo(stage_id)
+                if info is not None:
+                    done += info.numCompletedTasks
+                    total += info.numTasks
+            if total and self.progress is not None:
+                self.progress(f"spark: {done}/{total} tasks of the running stages done "
+                              f"({time.monotonic() - started:.0f} s)")
+
+    def __enter__(self) -> _StageProgress:
+        if self.progress is not None:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+
+
+def run_spark_audit(
+    bootstrap_servers: str,
+    coordination_topic: str,
+    *,
+    heartbeat_interval_ms: int,
+    output: Path | str | None = None,
+    group: str | None = None,
+    topic: str | None = None,
+    master: str = "local[*]",
+    timeout_s: float = 15.0,
+    kafka_options: dict[str, str] | None = None,
+    spark: SparkSession | None = None,
+    progress: Progress | None = None,
+    split_records: int | None = None,
+) -> AuditResult:
+    """Audit the coordination log on Spark and write the tables (``output``, Parquet).
+
+    Uses ``spark`` if given (it is left running), else starts a session on ``master`` and
+    stops it at the end.
+    """
+    from marshal_py.admin.audit_local import open_log
+    from marshal_py.spark.log_source import MarshalLogDataSource
+
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+    out = prepare_output(output)
+    started = time.monotonic()
+    # The checks (broker, topic) and the partition count, with the local engine's errors.
+    with open_log(bootstrap_servers, coordination_topic, timeout_s) as klog:
+        partition_count = klog.partition_count()
+    own_session = spark is None
+    if spark is None:
+        from marshal_py.spark.session import local_session
+
+        spark = local_session("marshal-audit", master)
+    try:
+        spark.dataSource.register(MarshalLogDataSource)
+        reader = (spark.read.format("marshal_log")
+                  .option("bootstrap.servers", bootstrap_servers)
+                  .option("topic", coordination_topic)
+                  .option("timeout.ms", str(int(timeout_s * 1000) * 2)))
+        if topic is not None:
+            reader = reader.option("partitions",
+                                   str(coordination_partition(topic, partition_count)))
+        if split_records is not None:
+            reader = reader.option("split.records", str(split_records))
+        for name, value in (kafka_options or {}).items():
+            reader = reader.option(f"kafka.{name}", value)
+        raw = reader.load()
+        buckets = _bucketed(raw, partition_count, group, topic)
+        obs = (buckets.groupBy("b_group", "b_topic", "b_partition", "coordination_partition")
+               .applyInArrow(observe_bucket(partition_count, heartbeat_interval_ms),
+                             spark_schema(WIDE_COLUMNS))
+               .persist())
+        tables = _tables(obs)
+        with _StageProgress(spark, progress):
+            if out is not None:
+                for name, df in tables.items():
+                    df.write.mode("overwrite").parquet(str(out / name))
+            summary = [tuple(r) for r in tables["summary"].orderBy("group", "topic").collect()]
+            coordination = [tuple(r) for r in
+                            tables["coordination"].orderBy("coordination_partition").collect()]
+            violations = tables["violations"].count()
+        obs.unpersist()
+        spark.catalog.clearCache()
+        records = sum(int(row[1]) for row in coordination)
+    finally:
+        if own_session:
+            spark.stop()
+    seconds = time.monotonic() - started
+    log.info("spark audit: %d records in %.1f s", records, seconds)
+    return AuditResult("spark", records, seconds, summary, coordination, violations, out)
