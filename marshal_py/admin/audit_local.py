@@ -211,5 +211,6 @@ def run_local_audit(
             pass
     seconds = time.monotonic() - started
     log.info("local audit: %d records in %.1f s", records, seconds)
-    return AuditResult("local", records, seconds, list(tables.summary),
+    log.debug("local audit: %d records read", records)
+    return AuditResult("local", aggregator.records, seconds, list(tables.summary),
                        list(tables.coordination), len(tables.violations), out)

@@ -395,6 +395,21 @@ class _StageProgress:
         self.stop.set()
 
 
+def _session(master: str) -> SparkSession:
+    """A session for the audit: the project's local_session (loopback, quiet, this Python)."""
+    try:
+        from marshal_py.spark.session import local_session
+    except ImportError:  # pragma: no cover - a plain session when the helper is absent
+        import os
+        import sys
+
+        from pyspark.sql import SparkSession
+
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        return SparkSession.builder.master(master).appName("marshal-audit").getOrCreate()
+    return local_session("marshal-audit", master)
+
+
 def run_spark_audit(
     bootstrap_servers: str,
     coordination_topic: str,
@@ -426,9 +441,7 @@ def run_spark_audit(
         partition_count = klog.partition_count()
     own_session = spark is None
     if spark is None:
-        from marshal_py.spark.session import local_session
-
-        spark = local_session("marshal-audit", master)
+        spark = _session(master)
     try:
         spark.dataSource.register(MarshalLogDataSource)
         reader = (spark.read.format("marshal_log")
