@@ -7,6 +7,7 @@ the source's schema (much cheaper than Python tuples).
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import pyarrow as pa
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
+from marshal_py.client.batch_member import PlannedRange
 from marshal_py.errors import BrokerUnavailableError, MarshalError
 from marshal_py.log.kafka import KafkaLogConfig
 from marshal_py.spark.planning import ReadTask
@@ -30,74 +32,120 @@ class DataLossError(MarshalError):
     """Planned records were deleted (retention) before the task read them."""
 
 
+class _Span:
+    """The ranges of one partition in a task: read from the first start to the last end,
+    handing out only offsets inside a range, each with its range's delivery count."""
+
+    def __init__(self, ranges: list[PlannedRange]) -> None:
+        self.ranges = sorted(ranges, key=lambda r: r.start)
+        self.topic = self.ranges[0].topic
+        self.partition = self.ranges[0].partition
+        self.start = self.ranges[0].start
+        self.end = max(r.end for r in self.ranges)
+        self._starts = [r.start for r in self.ranges]
+
+    def delivery_count(self, offset: int) -> int | None:
+        """The delivery count of ``offset``, or None when no range holds it."""
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i >= 0 and offset < self.ranges[i].end:
+            return self.ranges[i].delivery_count
+        return None
+
+    def describe(self) -> str:
+        return f"{self.topic}/{self.partition} offsets {self.start}..{self.end - 1}"
+
+
 def read_task(task: ReadTask, kafka: KafkaLogConfig, schema: pa.Schema, *,
               fail_on_data_loss: bool = True, timeout_s: float = 60.0
               ) -> Iterator[pa.RecordBatch]:
-    """Yield the records ``[task.start, task.end)`` of one partition as Arrow batches.
+    """Yield the records of a task's ranges as Arrow batches (one consumer for all of them).
 
     Offsets Kafka never returns (compaction, transaction markers) are simply absent. Records
     deleted by retention before the task ran: :class:`DataLossError`, or a warning and the
     rest of the range when ``fail_on_data_loss`` is false. No progress for ``timeout_s``:
-    :class:`BrokerUnavailableError` naming the range.
+    :class:`BrokerUnavailableError` naming the ranges still unread.
     """
-    tp = TopicPartition(task.topic, task.partition)
+    by_tp: dict[TopicPartition, list[PlannedRange]] = {}
+    for r in task.ranges:
+        by_tp.setdefault(TopicPartition(r.topic, r.partition), []).append(r)
+    spans = {tp: _Span(ranges) for tp, ranges in by_tp.items()}
+    if not spans:
+        return
     consumer = KafkaConsumer(group_id=None, enable_auto_commit=False,
                              auto_offset_reset="earliest", fetch_max_wait_ms=100,
                              max_partition_fetch_bytes=4 * 1024 * 1024,
                              **kafka.client_config(KafkaConsumer))
     try:
-        consumer.assign([tp])
-        start = task.start
+        consumer.assign(list(spans))
         try:
-            beginning = int(consumer.beginning_offsets([tp])[tp])
+            beginnings = consumer.beginning_offsets(list(spans))
         except KafkaError as exc:
             raise BrokerUnavailableError(
-                f"cannot read {task.topic}/{task.partition} from {kafka.bootstrap_servers}: "
-                f"{exc}") from exc
-        if beginning > start:
-            lost = f"{task.topic}/{task.partition} offsets {start}..{min(beginning, task.end) - 1}"
-            if fail_on_data_loss:
-                raise DataLossError(
-                    f"{lost} were deleted by retention before this batch read them; set the "
-                    "option failOnDataLoss=false to skip such records")
-            log.warning("%s were deleted by retention before they were read; skipped", lost)
-            start = beginning
-        if start >= task.end:
-            return
-        consumer.seek(tp, start)
-        yield from _batches(consumer, tp, task, schema, timeout_s)
+                f"cannot read {', '.join(s.describe() for s in spans.values())} from "
+                f"{kafka.bootstrap_servers}: {exc}") from exc
+        positions = {}
+        for tp, span in spans.items():
+            start = span.start
+            beginning = int(beginnings[tp])
+            if beginning > start:
+                lost = (f"{span.topic}/{span.partition} offsets "
+                        f"{start}..{min(beginning, span.end) - 1}")
+                if fail_on_data_loss:
+                    raise DataLossError(
+                        f"{lost} were deleted by retention before this batch read them; set "
+                        "the option failOnDataLoss=false to skip such records")
+                log.warning("%s were deleted by retention before they were read; skipped",
+                            lost)
+                start = beginning
+            positions[tp] = start
+            if start < span.end:
+                consumer.seek(tp, start)
+        yield from _batches(consumer, spans, positions, schema, timeout_s)
     finally:
         consumer.close()
 
 
-def _batches(consumer: KafkaConsumer, tp: TopicPartition, task: ReadTask, schema: pa.Schema,
-             timeout_s: float) -> Iterator[pa.RecordBatch]:
-    columns = _Columns(task)
+def _batches(consumer: KafkaConsumer, spans: dict[TopicPartition, _Span],
+             positions: dict[TopicPartition, int], schema: pa.Schema, timeout_s: float
+             ) -> Iterator[pa.RecordBatch]:
+    columns = _Columns()
+    open_ = {tp for tp, span in spans.items() if positions[tp] < span.end}
+    done = [tp for tp in spans if tp not in open_]
+    if done:
+        consumer.pause(*done)
     deadline = time.monotonic() + timeout_s
-    while True:
+    while open_:
         try:
             polled = consumer.poll(timeout_ms=500, max_records=ARROW_BATCH_RECORDS)
-            position = consumer.position(tp)
         except KafkaError as exc:
-            raise BrokerUnavailableError(
-                f"reading {task.topic}/{task.partition} failed: {exc}") from exc
-        records = polled.get(tp, [])
-        if records:
+            raise BrokerUnavailableError(f"reading records failed: {exc}") from exc
+        if polled:
             deadline = time.monotonic() + timeout_s
-        for record in records:
-            if record.offset >= task.end:
-                break
-            if record.offset >= task.start:
-                columns.add(record)
+        for tp, records in polled.items():
+            span = spans.get(tp)
+            if span is None or tp not in open_:
+                continue
+            for record in records:
+                if record.offset >= span.end:
+                    break
+                count = span.delivery_count(record.offset)
+                if count is not None:
+                    columns.add(record, count)
+        for tp in list(open_):
+            try:
+                position = consumer.position(tp)
+            except KafkaError as exc:
+                raise BrokerUnavailableError(f"reading records failed: {exc}") from exc
+            if position is not None and position >= spans[tp].end:
+                open_.discard(tp)
+                consumer.pause(tp)
         if len(columns) >= ARROW_BATCH_RECORDS:
             yield columns.batch(schema)
-            columns = _Columns(task)
-        if position is not None and position >= task.end:
-            break
-        if time.monotonic() > deadline:
+            columns = _Columns()
+        if open_ and time.monotonic() > deadline:
+            unread = ", ".join(spans[tp].describe() for tp in sorted(open_))
             raise BrokerUnavailableError(
-                f"no records of {task.topic}/{task.partition} for {timeout_s:g} s at offset "
-                f"{position} (the batch planned {task.start}..{task.end - 1}); is the broker "
+                f"no records for {timeout_s:g} s while reading {unread}; is the broker "
                 "reachable? (option fetch.timeout)")
     if len(columns):
         yield columns.batch(schema)
@@ -106,36 +154,39 @@ def _batches(consumer: KafkaConsumer, tp: TopicPartition, task: ReadTask, schema
 class _Columns:
     """Arrow columns being filled for one batch."""
 
-    def __init__(self, task: ReadTask) -> None:
-        self.task = task
+    def __init__(self) -> None:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
+        self.topics: list[str] = []
+        self.partitions: list[int] = []
         self.offsets: list[int] = []
         self.timestamps: list[int] = []
         self.headers: list[list[dict[str, Any]]] = []
+        self.counts: list[int] = []
 
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add(self, record: Any) -> None:
+    def add(self, record: Any, delivery_count: int) -> None:
         self.keys.append(record.key)
         self.values.append(record.value)
+        self.topics.append(record.topic)
+        self.partitions.append(record.partition)
         self.offsets.append(record.offset)
         self.timestamps.append(record.timestamp * 1000)
         self.headers.append([{"key": k, "value": v} for k, v in record.headers or ()])
+        self.counts.append(delivery_count)
 
     def batch(self, schema: pa.Schema) -> pa.RecordBatch:
-        n = len(self.offsets)
         types = {f.name: f.type for f in schema}
         arrays = {
             "key": pa.array(self.keys, type=types["key"]),
             "value": pa.array(self.values, type=types["value"]),
-            "topic": pa.array([self.task.topic] * n, type=types["topic"]),
-            "partition": pa.array([self.task.partition] * n, type=types["partition"]),
+            "topic": pa.array(self.topics, type=types["topic"]),
+            "partition": pa.array(self.partitions, type=types["partition"]),
             "offset": pa.array(self.offsets, type=types["offset"]),
             "timestamp": pa.array(self.timestamps, type=types["timestamp"]),
             "headers": pa.array(self.headers, type=types["headers"]),
-            "delivery_count": pa.array([self.task.delivery_count] * n,
-                                       type=types["delivery_count"]),
+            "delivery_count": pa.array(self.counts, type=types["delivery_count"]),
         }
         return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)

@@ -99,19 +99,22 @@ class BatchOffset:
 
 @dataclass(frozen=True, slots=True)
 class ReadTask:
-    """What one Spark task reads: ``[start, end)`` of one partition (one delivery count)."""
+    """What one Spark task reads: one or more ranges (several partitions share a task when
+    they are small: every task costs a Python worker round on an executor)."""
 
-    topic: str
-    partition: int
-    start: int
-    end: int
-    delivery_count: int = 1
+    ranges: tuple[PlannedRange, ...]
+
+    @property
+    def size(self) -> int:
+        """Offsets spanned by the task's ranges."""
+        return sum(r.size for r in self.ranges)
 
 
 def split_ranges(ranges: Iterable[PlannedRange], max_per_task: int,
                  min_tasks: int | None = None) -> list[ReadTask]:
-    """Cut ranges into tasks of at most ``max_per_task`` offsets, and into more, evenly, when
-    fewer than ``min_tasks`` would result. Deterministic; never an empty task."""
+    """Plan tasks of at most ``max_per_task`` offsets: ranges larger than that are cut evenly,
+    smaller ones share tasks (first fit, largest first). With ``min_tasks``, the limit drops so
+    that there are at least about that many. Deterministic; never an empty task."""
     planned = [r for r in ranges if r.end > r.start]
     total = sum(r.size for r in planned)
     if total == 0:
@@ -119,13 +122,26 @@ def split_ranges(ranges: Iterable[PlannedRange], max_per_task: int,
     limit = max(1, max_per_task)
     if min_tasks is not None and min_tasks > 0:
         limit = min(limit, max(1, -(-total // min_tasks)))
-    tasks = []
+    pieces = []
     for r in planned:
-        pieces = -(-r.size // limit)
-        base, extra = divmod(r.size, pieces)
+        count = -(-r.size // limit)
+        base, extra = divmod(r.size, count)
         start = r.start
-        for i in range(pieces):
+        for i in range(count):
             end = start + base + (1 if i < extra else 0)
-            tasks.append(ReadTask(r.topic, r.partition, start, end, r.delivery_count))
+            pieces.append(PlannedRange(r.topic, r.partition, start, end, r.delivery_count))
             start = end
-    return tasks
+    pieces.sort(key=lambda r: (-r.size, r.topic, r.partition, r.start))
+    bins: list[list[PlannedRange]] = []
+    room: list[int] = []
+    for piece in pieces:
+        for i, left in enumerate(room):
+            if piece.size <= left:
+                bins[i].append(piece)
+                room[i] -= piece.size
+                break
+        else:
+            bins.append([piece])
+            room.append(limit - piece.size)
+    return [ReadTask(tuple(sorted(b, key=lambda r: (r.topic, r.partition, r.start))))
+            for b in bins]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,7 +11,7 @@ from hypothesis import strategies as st
 from marshal_py.client.batch_member import PlannedRange, share_budget
 from marshal_py.errors import ConfigurationError
 from marshal_py.spark.options import OPTIONS, parse_options
-from marshal_py.spark.planning import BatchOffset, OffsetFormatError, split_ranges
+from marshal_py.spark.planning import BatchOffset, OffsetFormatError, ReadTask, split_ranges
 
 BASE = {"bootstrap.servers": "127.0.0.1:9092", "group": "g", "topics": "a, b,a"}
 
@@ -78,15 +80,25 @@ def test_foreign_or_newer_offsets_are_refused_clearly(data: dict[str, object],
         BatchOffset.from_json(data)
 
 
+def spans(tasks: list[ReadTask]) -> list[list[tuple[int, int, int]]]:
+    return [[(r.partition, r.start, r.end) for r in t.ranges] for t in tasks]
+
+
 def test_split_ranges_cuts_large_ranges_evenly() -> None:
     tasks = split_ranges([PlannedRange("t", 0, 0, 10), PlannedRange("t", 1, 4, 4)], 4)
-    assert [(t.start, t.end) for t in tasks] == [(0, 4), (4, 7), (7, 10)]
+    assert spans(tasks) == [[(0, 0, 4)], [(0, 4, 7)], [(0, 7, 10)]]
     assert split_ranges([], 10) == []
+
+
+def test_split_ranges_packs_small_ranges_into_shared_tasks() -> None:
+    ranges = [PlannedRange("t", p, 0, 30) for p in range(6)]
+    assert spans(split_ranges(ranges, 100)) == [[(0, 0, 30), (1, 0, 30), (2, 0, 30)],
+                                                [(3, 0, 30), (4, 0, 30), (5, 0, 30)]]
 
 
 def test_split_ranges_honours_min_tasks() -> None:
     tasks = split_ranges([PlannedRange("t", 0, 0, 100)], 1000, min_tasks=4)
-    assert [(t.start, t.end) for t in tasks] == [(0, 25), (25, 50), (50, 75), (75, 100)]
+    assert spans(tasks) == [[(0, 0, 25)], [(0, 25, 50)], [(0, 50, 75)], [(0, 75, 100)]]
 
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1000), st.integers(0, 500)),
@@ -96,10 +108,11 @@ def test_split_ranges_covers_every_offset_once(spec: list[tuple[int, int, int]],
                                                min_tasks: int | None) -> None:
     ranges = [PlannedRange("t", p, s, s + n) for p, s, n in spec]
     tasks = split_ranges(ranges, limit, min_tasks)
-    covered = sorted((t.partition, o) for t in tasks for o in range(t.start, t.end))
-    wanted = sorted((r.partition, o) for r in ranges for o in range(r.start, r.end))
+    covered = Counter((r.partition, o) for t in tasks for r in t.ranges
+                      for o in range(r.start, r.end))
+    wanted = Counter((r.partition, o) for r in ranges for o in range(r.start, r.end))
     assert covered == wanted
-    assert all(0 < t.end - t.start <= limit for t in tasks)
+    assert all(0 < t.size <= limit for t in tasks)
 
 
 @given(st.dictionaries(st.tuples(st.just("t"), st.integers(0, 20)), st.integers(-5, 1000),

@@ -1,0 +1,67 @@
+"""What one Spark task reads (marshal_py.spark.fetch), on the real broker, without Spark."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from kafka import KafkaAdminClient, TopicPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from marshal_py.client.batch_member import PlannedRange
+from marshal_py.log.kafka import KafkaLogConfig
+from marshal_py.spark.fetch import DataLossError, read_task
+from marshal_py.spark.planning import ReadTask
+from marshal_py.spark.source import SCHEMA
+from tests.integration.consumer_support import Producer, create_topic
+
+pytestmark = pytest.mark.integration
+
+ARROW = to_arrow_schema(SCHEMA, timezone="UTC")
+
+
+@pytest.fixture
+def topic(kafka_bootstrap: str, unique_name: str) -> Iterator[str]:
+    create_topic(kafka_bootstrap, unique_name, partitions=2)
+    producer = Producer(kafka_bootstrap, unique_name, partitions=2)
+    producer.send_raw(((f"k{i}".encode(), f"v{i}".encode()) for i in range(100)), partition=0)
+    producer.send_raw([(None, b"x", )] * 10, partition=1)
+    producer.close()
+    yield unique_name
+
+
+def rows(task: ReadTask, bootstrap: str, **kwargs: object) -> list[dict[str, object]]:
+    batches = list(read_task(task, KafkaLogConfig(bootstrap_servers=bootstrap), ARROW,
+                             **kwargs))  # type: ignore[arg-type]
+    assert all(b.schema.equals(ARROW) for b in batches)
+    return pa.Table.from_batches(batches, schema=ARROW).to_pylist()
+
+
+def test_a_task_reads_exactly_its_ranges_with_their_delivery_counts(
+        kafka_bootstrap: str, topic: str) -> None:
+    task = ReadTask((PlannedRange(topic, 0, 5, 10, 1), PlannedRange(topic, 0, 20, 23, 3),
+                     PlannedRange(topic, 1, 0, 4)))
+    got = rows(task, kafka_bootstrap)
+    assert [(r["partition"], r["offset"], r["delivery_count"]) for r in got] == (
+        [(0, o, 1) for o in range(5, 10)] + [(0, o, 3) for o in range(20, 23)]
+        + [(1, o, 1) for o in range(4)])
+    first = got[0]
+    assert (first["key"], first["value"], first["topic"], first["headers"]) == (
+        b"k5", b"v5", topic, [])
+    assert got[-1]["key"] is None
+    assert first["timestamp"] is not None
+
+
+def test_records_deleted_before_the_task_ran_fail_the_task_or_are_skipped(
+        kafka_bootstrap: str, topic: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    try:
+        admin.delete_records({TopicPartition(topic, 0): 50})
+    finally:
+        admin.close()
+    task = ReadTask((PlannedRange(topic, 0, 10, 80),))
+    with pytest.raises(DataLossError, match=r"offsets 10\.\.49 were deleted by retention"):
+        rows(task, kafka_bootstrap)
+    got = rows(task, kafka_bootstrap, fail_on_data_loss=False)
+    assert [r["offset"] for r in got] == list(range(50, 80))
