@@ -530,13 +530,15 @@ def reset_offsets(bootstrap_servers: str, coordination_topic: str, timeout: floa
     click.echo("dry run: nothing changed" if dry_run else "reset written to the log", err=True)
 
 
-def _register_dev_broker() -> None:
+def _register_commands() -> None:
+    from marshal_py.admin.audit_command import audit
     from marshal_py.devbroker.command import dev_broker
 
     main.add_command(dev_broker, "dev-broker")
+    main.add_command(audit)
 
 
-_register_dev_broker()
+_register_commands()
 
 if __name__ == "__main__":
     main()
