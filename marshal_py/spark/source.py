@@ -61,6 +61,7 @@ class MarshalDataSource(DataSource):
         return "marshal"
 
     def schema(self) -> StructType:
+        parse_options(self.options)  # bad options fail at load(), not when the query starts
         return SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:

@@ -238,3 +238,23 @@ def test_query_and_two_python_members_share_a_topic_and_python_takes_over_after_
         assert set(first) | set(second) <= consumed(), "records lost"
     finally:
         world.close()
+
+
+def test_bad_options_fail_at_load_with_the_option_named(marshal_spark: SparkSession) -> None:
+    with pytest.raises(Exception, match="option 'mode' must be alo, amo or share"):
+        (marshal_spark.readStream.format("marshal").option("bootstrap.servers", "x:1")
+         .option("group", "g").option("topics", "t").option("mode", "twice").load())
+
+
+def test_a_missing_topic_fails_the_query_with_one_clear_line(
+        marshal_spark: SparkSession, kafka_bootstrap: str, unique_name: str,
+        tmp_path: Path) -> None:
+    query = (marshal_spark.readStream.format("marshal")
+             .option("bootstrap.servers", kafka_bootstrap).option("group", unique_name)
+             .option("coordination.topic", f"__marshal-{unique_name}")
+             .option("topics", f"{unique_name}-missing").load()
+             .writeStream.format("noop").trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    with pytest.raises(StreamingQueryException,
+                       match=f"topic '{unique_name}-missing' does not exist"):
+        query.awaitTermination(timeout=120)
