@@ -1,0 +1,648 @@
+"""A throwaway Spark standalone cluster on 127.0.0.1: one master and N workers.
+
+Tests that must see executors in processes of their own (not the driver's threads, as in
+``local[N]``) start a :class:`StandaloneCluster` and connect a SparkSession to its
+:attr:`~StandaloneCluster.master_url` (see :func:`marshal_py.spark.session.local_session`).
+The daemons are launched with the pip-installed pyspark's own ``bin/spark-class`` (the pip
+package has no ``sbin/start-master.sh``), on free ports, and the cluster is ready when the
+master's JSON endpoint lists every worker ALIVE.
+
+No process outlives the cluster: each daemon JVM leads a process group of its own, which the
+executors it launches and their Python workers join, and :meth:`StandaloneCluster.stop`
+signals whole groups (SIGTERM, then SIGKILL). Each daemon also gets a Linux parent-death signal
+(SIGKILL) and every started cluster is stopped by an ``atexit`` hook, as the development Kafka
+broker is (:mod:`marshal_py.devbroker.broker`); an executor whose worker died exits by itself
+(Spark's worker watcher), and its Python workers with it. The parent-death signal fires when
+the *thread* that started the cluster exits, so call :meth:`StandaloneCluster.start` from a
+thread that lives as long as the cluster (the main thread, typically).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from marshal_py.devbroker.broker import _make_preexec, free_port
+from marshal_py.spark.session import LOOPBACK, SparkError, find_java, spark_home
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SparkClusterError", "StandaloneCluster"]
+
+MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+
+_POLL_S = 0.2
+_MAX_QUOTE = 300
+_MEMORY_RE = re.compile(r"\d+[kKmMgGtT]?")
+_BIND_RE = re.compile(r"Service '(\w+)' failed after \d+ retries")
+_LOG_LINE_RE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (?P<level>[A-Z]+) (?P<message>.*)$")
+
+# Daemon settings (a properties file rather than spark-defaults.conf, which the user's
+# SPARK_CONF_DIR might also hold): no REST submission server (it would take port 6066), and
+# no port hopping, so a busy port fails the start instead of moving the master elsewhere.
+_DAEMON_PROPERTIES = """\
+# Written by marshal_py.spark.cluster on every start.
+spark.master.rest.enabled false
+spark.port.maxRetries 0
+"""
+
+# Daemons do little work: the C1 compiler alone and one GC thread start them faster on a
+# small machine.
+_DAEMON_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+class SparkClusterError(SparkError):
+    """A standalone cluster could not be started or stopped."""
+
+
+class StandaloneCluster:
+    """A Spark standalone master and ``workers`` workers on 127.0.0.1.
+
+    Use as a context manager (``with StandaloneCluster() as cluster: ...``) or call
+    :meth:`start` and :meth:`stop`. Ports are picked when None. ``work_dir=None`` uses a
+    temporary directory that :meth:`stop` removes (unless the cluster failed: it keeps the
+    logs); an explicit ``work_dir`` is kept. The daemons log to ``master.log`` and
+    ``worker-N.log`` in it, executors to ``worker-N/app-*/EXECUTOR/std{out,err}``.
+    """
+
+    def __init__(
+        self,
+        workers: int = 2,
+        cores: int = 1,
+        memory: str = "1g",
+        *,
+        master_port: int | None = None,
+        webui_port: int | None = None,
+        work_dir: Path | None = None,
+        daemon_memory: str = "512m",
+        python: str | None = None,
+    ) -> None:
+        """Prepare a cluster (nothing is launched until :meth:`start`).
+
+        Args:
+            workers: how many workers (each runs the executors of an application on it).
+            cores: the cores each worker offers.
+            memory: the memory each worker offers executors, e.g. ``"1g"``.
+            master_port: the master's RPC port on 127.0.0.1; a free port when None.
+            webui_port: the master's web UI and JSON port; a free port when None.
+            work_dir: where the logs and the workers' directories go; a temporary directory
+                (removed by :meth:`stop`) when None.
+            daemon_memory: the master's and each worker's JVM heap.
+            python: the Python executors run (``PYSPARK_PYTHON``); :data:`sys.executable`
+                when None.
+        """
+        if workers < 1 or cores < 1:
+            raise SparkClusterError(
+                f"a cluster needs at least one worker with one core (got workers={workers}, "
+                f"cores={cores})"
+            )
+        for name, value in (("memory", memory), ("daemon_memory", daemon_memory)):
+            if not _MEMORY_RE.fullmatch(value):
+                raise SparkClusterError(
+                    f"{name} {value!r} is not a memory size; use e.g. '1g' or '512m'"
+                )
+        for name, port in (("master_port", master_port), ("webui_port", webui_port)):
+            if port is not None and not 1 <= port <= 65535:
+                raise SparkClusterError(f"{name} {port} is out of range; choose one in 1..65535")
+        self.workers: int = workers
+        self.cores: int = cores
+        self.memory: str = memory
+        self.daemon_memory: str = daemon_memory
+        self.python: str = python or sys.executable
+        self.master_port: int = master_port if master_port is not None else free_port()
+        self.webui_port: int = (
+            webui_port
+            if webui_port is not None
+            else free_port(exclude=frozenset({self.master_port}))
+        )
+        self._owns_work_dir = work_dir is None
+        self._work_dir: Path | None = (
+            None if work_dir is None else Path(work_dir).expanduser().resolve()
+        )
+        self._master: subprocess.Popen[bytes] | None = None
+        self._workers: list[subprocess.Popen[bytes]] = []
+        self._keep_for_inspection = False
+        self._atexit_registered = False
+
+    # -- public properties ------------------------------------------------------------------
+
+    @property
+    def master_url(self) -> str:
+        """The URL applications connect to: ``spark://127.0.0.1:PORT``."""
+        return f"spark://{LOOPBACK}:{self.master_port}"
+
+    @property
+    def webui_url(self) -> str:
+        """The master's web UI; ``webui_url + "/json/"`` describes the cluster."""
+        return f"http://{LOOPBACK}:{self.webui_port}"
+
+    @property
+    def work_dir(self) -> Path:
+        """The logs and the workers' directories (a temporary one is made on first use)."""
+        if self._work_dir is None:
+            self._work_dir = Path(tempfile.mkdtemp(prefix="marshal-spark-cluster-"))
+        return self._work_dir
+
+    @property
+    def master_log(self) -> Path:
+        """The master's stdout and stderr."""
+        return self.work_dir / "master.log"
+
+    def worker_log(self, index: int) -> Path:
+        """The stdout and stderr of worker ``index`` (0-based)."""
+        return self.work_dir / f"worker-{index}.log"
+
+    @property
+    def master_pid(self) -> int | None:
+        """The master JVM's process id while started, else None."""
+        return self._master.pid if self._master is not None else None
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """The worker JVMs' process ids (empty before :meth:`start`)."""
+        return [proc.pid for proc in self._workers]
+
+    def process_ids(self) -> set[int]:
+        """Every live process of the cluster: daemons, executors and executors' Python workers.
+
+        On Linux, the members of the daemons' process groups and all their descendants (the
+        PySpark daemons that executors fork lead process groups of their own), zombies
+        excluded; elsewhere the live daemons only.
+        """
+        return set(_tree(self._groups()))
+
+    def is_running(self) -> bool:
+        """True while the master and every worker launched by :meth:`start` are alive."""
+        procs = [self._master, *self._workers]
+        return self._master is not None and all(p is not None and p.poll() is None for p in procs)
+
+    def status(self, timeout: float = 5.0) -> dict[str, Any]:
+        """The master's JSON description of the cluster (workers, applications, state).
+
+        Raises:
+            SparkClusterError: the master does not answer within ``timeout`` seconds.
+        """
+        try:
+            return _get_json(self.webui_url + "/json/", timeout)
+        except (OSError, ValueError) as exc:
+            raise SparkClusterError(
+                f"the Spark master at {self.webui_url} does not answer ({exc}); is the cluster "
+                f"started? master log: {self.master_log}"
+            ) from exc
+
+    def __repr__(self) -> str:
+        return (
+            f"StandaloneCluster(master_url={self.master_url!r}, workers={self.workers}, "
+            f"master_pid={self.master_pid}, worker_pids={self.worker_pids})"
+        )
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self, timeout: float = 120.0) -> StandaloneCluster:
+        """Launch the master, wait until it is ALIVE, launch the workers, wait until all are.
+
+        Returns self once the master lists ``workers`` ALIVE workers. Starting a running
+        cluster does nothing. Call it from a thread that outlives the cluster (see the module
+        documentation).
+
+        Raises:
+            SparkUnavailableError: pyspark or Java 17+ is missing.
+            SparkClusterError: a port is busy, a daemon exits during startup or the cluster is
+                not ready within ``timeout`` seconds (everything started is stopped then).
+        """
+        if self.is_running():
+            return self
+        if self._master is not None:  # something died since the last start: clean up first
+            self._kill_all()
+        deadline = time.monotonic() + timeout
+        self._keep_for_inspection = False
+        home = spark_home()
+        java, major = find_java()
+        log.debug("using %s (Java %d), SPARK_HOME %s", java, major, home)
+        try:
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            properties = self.work_dir / "spark-daemon.properties"
+            properties.write_text(_DAEMON_PROPERTIES, encoding="utf-8")
+            (self.work_dir / "conf").mkdir(exist_ok=True)
+        except OSError as exc:
+            raise SparkClusterError(
+                f"cannot prepare {self.work_dir} ({exc}); choose a writable work directory"
+            ) from exc
+        env = self._environment(home)
+        spark_class = str(home / "bin" / "spark-class")
+        try:
+            self._master = self._launch(
+                [
+                    spark_class,
+                    MASTER_CLASS,
+                    "--host",
+                    LOOPBACK,
+                    "--port",
+                    str(self.master_port),
+                    "--webui-port",
+                    str(self.webui_port),
+                    "--properties-file",
+                    str(properties),
+                ],
+                self.master_log,
+                env,
+            )
+            self._await(lambda state: state.get("status") == "ALIVE", deadline, timeout, "ALIVE")
+            for index in range(self.workers):
+                worker_dir = self.work_dir / f"worker-{index}"
+                worker_dir.mkdir(exist_ok=True)
+                self._workers.append(
+                    self._launch(
+                        [
+                            spark_class,
+                            WORKER_CLASS,
+                            self.master_url,
+                            "--host",
+                            LOOPBACK,
+                            "--port",
+                            "0",
+                            "--webui-port",
+                            "0",
+                            "--cores",
+                            str(self.cores),
+                            "--memory",
+                            self.memory,
+                            "--work-dir",
+                            str(worker_dir),
+                            "--properties-file",
+                            str(properties),
+                        ],
+                        self.worker_log(index),
+                        env,
+                    )
+                )
+            self._await(
+                lambda state: _alive_workers(state) >= self.workers,
+                deadline,
+                timeout,
+                f"listing {self.workers} ALIVE workers",
+            )
+        except SparkClusterError:
+            self._keep_for_inspection = True
+            self._kill_all()
+            raise
+        except BaseException:
+            self._kill_all()
+            raise
+        log.info(
+            "Spark standalone cluster ready at %s: %d workers x %d cores (logs in %s)",
+            self.master_url,
+            self.workers,
+            self.cores,
+            self.work_dir,
+        )
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the cluster: SIGTERM to every process group, then SIGKILL after ``timeout``.
+
+        Returns when no process of the cluster is left (executors and their Python workers
+        included). Removes the work directory if it was a temporary one, unless a daemon had
+        failed (it keeps the logs). Calling it again, or on a cluster that never started, does
+        nothing harmful.
+        """
+        procs = [p for p in (*self._workers, self._master) if p is not None]
+        dead = [p for p in procs if p.poll() is not None]
+        if dead:
+            log.warning(
+                "Spark daemon(s) %s had exited by themselves; logs in %s",
+                ", ".join(f"{p.pid} (status {p.returncode})" for p in dead),
+                self.work_dir,
+            )
+            self._keep_for_inspection = True
+        groups = self._groups()
+        if groups:
+            log.info("stopping the Spark cluster at %s", self.master_url)
+        # Executors and the Python daemons they fork go when their worker goes (Spark's worker
+        # watcher, stdin closing), but a SIGTERM to the whole group is quicker and surer.
+        tracked = _tree(groups)
+        for pgid in groups:
+            if _group_members(pgid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGTERM)
+        if not self._await_gone(tracked, time.monotonic() + timeout):
+            log.warning(
+                "Spark cluster processes ignored SIGTERM for %.0f s; killing them", timeout
+            )
+        self._kill_all(tracked)
+        if self._owns_work_dir and self._work_dir is not None and self._work_dir.exists():
+            if self._keep_for_inspection:
+                log.warning(
+                    "kept %s (the failed cluster's logs); remove it when done", self.work_dir
+                )
+            else:
+                shutil.rmtree(self._work_dir, ignore_errors=True)
+                self._work_dir = None  # a later start makes a new one
+
+    def __enter__(self) -> StandaloneCluster:
+        """Start the cluster (see :meth:`start`)."""
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the cluster (see :meth:`stop`)."""
+        self.stop()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _environment(self, home: Path) -> dict[str, str]:
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            # Set when this process runs under spark-submit or has a SparkContext: not the
+            # daemons' business.
+            if not key.startswith(("PYSPARK_GATEWAY_", "_PYSPARK_", "SPARK_"))
+        }
+        env.update(
+            SPARK_HOME=str(home),
+            SPARK_CONF_DIR=str(self.work_dir / "conf"),  # empty: no user spark-env.sh
+            SPARK_LOCAL_IP=LOOPBACK,
+            SPARK_LOCAL_HOSTNAME=LOOPBACK,
+            SPARK_DAEMON_MEMORY=self.daemon_memory,
+            SPARK_DAEMON_JAVA_OPTS=_DAEMON_JAVA_OPTS,
+            PYSPARK_PYTHON=self.python,
+            PYSPARK_DRIVER_PYTHON=self.python,
+        )
+        return env
+
+    def _launch(
+        self, command: list[str], log_path: Path, env: dict[str, str]
+    ) -> subprocess.Popen[bytes]:
+        log.debug("running %s", " ".join(command))
+        try:
+            # The child keeps its own descriptor of the log; the parent's closes right away.
+            with open(log_path, "wb") as log_file:
+                proc = subprocess.Popen(
+                    command,
+                    cwd=self.work_dir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # its own process group, which executors join
+                    preexec_fn=_make_preexec(os.getpid()),
+                )
+        except OSError as exc:
+            raise SparkClusterError(
+                f"cannot launch {command[0]} ({exc}); reinstall pyspark (pip install "
+                "marshal_py[spark])"
+            ) from exc
+        if not self._atexit_registered:
+            atexit.register(self.stop)
+            self._atexit_registered = True
+        return proc
+
+    def _await(
+        self, ready: Callable[[dict[str, Any]], bool], deadline: float, timeout: float, what: str
+    ) -> None:
+        """Poll the master's JSON until ``ready(state)``; fail fast when a daemon exits."""
+        url = self.webui_url + "/json/"
+        last_state: dict[str, Any] = {}
+        while True:
+            self._check_alive()
+            try:
+                last_state = _get_json(url, timeout=1.0)
+            except (OSError, ValueError) as exc:
+                log.debug("master not answering yet: %s", exc)
+            else:
+                if ready(last_state):
+                    return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                alive = _alive_workers(last_state) if last_state else 0
+                raise SparkClusterError(
+                    f"the Spark master at {self.master_url} was not {what} within {timeout:.0f} s "
+                    f"(status {last_state.get('status', 'not answering')}, {alive} of "
+                    f"{self.workers} workers ALIVE); see the logs in {self.work_dir} or start it "
+                    "with a longer timeout"
+                )
+            master = self._master
+            assert master is not None
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                master.wait(timeout=min(_POLL_S, remaining))  # returns at once if it exits
+
+    def _check_alive(self) -> None:
+        master = self._master
+        assert master is not None
+        if master.poll() is not None:
+            raise self._startup_failure("master", master.returncode, self.master_log)
+        for index, worker in enumerate(self._workers):
+            if worker.poll() is not None:
+                raise self._startup_failure(
+                    f"worker {index}", worker.returncode, self.worker_log(index)
+                )
+
+    def _startup_failure(self, who: str, returncode: int, log_path: Path) -> SparkClusterError:
+        text = _read_tail(log_path)
+        bind = _BIND_RE.search(text)
+        if bind is not None or "Address already in use" in text:
+            service = bind.group(1) if bind is not None else ""
+            if service == "sparkMaster":
+                port, what = self.master_port, "master port"
+            elif service == "MasterUI":
+                port, what = self.webui_port, "master web UI port"
+            else:
+                port, what = None, f"a port of the {who}"
+            where = f" {LOOPBACK}:{port}" if port is not None else ""
+            hint = f" (see `ss -ltnp 'sport = :{port}'`)" if port is not None else ""
+            return SparkClusterError(
+                f"the Spark {who} cannot start: {what}{where} is already in use; stop whatever "
+                f"listens there{hint} or choose another port; log: {log_path}"
+            )
+        return SparkClusterError(
+            f"the Spark {who} exited during startup (status {returncode}): "
+            f"{_describe_last_error(text)}; see its log {log_path}"
+        )
+
+    def _groups(self) -> list[int]:
+        """The process groups of the daemons (each daemon leads its own)."""
+        return [p.pid for p in (*self._workers, self._master) if p is not None]
+
+    def _await_gone(self, tracked: dict[int, int], deadline: float) -> bool:
+        """Wait until no process of the cluster is left; False at the deadline.
+
+        Waits for the ``tracked`` processes (pid to start time, so a reused pid does not
+        count) and whatever is in the daemons' groups.
+        """
+        procs = [p for p in (*self._workers, self._master) if p is not None]
+        groups = self._groups()
+        while True:
+            for proc in procs:
+                proc.poll()  # reap our own children, or they would linger as zombies
+            table = _process_table()
+            if table:
+                left = {
+                    pid
+                    for pid, info in table.items()
+                    if info.pgid in groups or tracked.get(pid) == info.start
+                }
+            else:  # no /proc
+                left = {pgid for pgid in groups if _group_members(pgid)}
+            if not left:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(0.05, remaining))
+
+    def _kill_all(self, tracked: dict[int, int] | None = None) -> None:
+        """SIGKILL every process of the cluster, wait until they are gone, forget them.
+
+        ``tracked`` (pid to start time) adds processes known earlier, which may have left the
+        daemons' process tree since (a Python daemon whose executor died).
+        """
+        groups = self._groups()
+        tracked = {**(tracked or {}), **_tree(groups)}
+        for pgid in groups:
+            if _group_members(pgid):  # an emptied group's id may be reused by then
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
+        table = _process_table()
+        for pid, start in tracked.items():
+            info = table.get(pid)
+            if info is not None and info.start == start:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        if not self._await_gone(tracked, time.monotonic() + 30.0):
+            log.error("Spark cluster processes %s survived SIGKILL for 30 s", sorted(_tree(groups)))
+        for proc in (*self._workers, self._master):
+            if proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=5)
+        self._master = None
+        self._workers = []
+        if self._atexit_registered:
+            atexit.unregister(self.stop)
+            self._atexit_registered = False
+
+
+@dataclass(frozen=True)
+class _ProcInfo:
+    ppid: int
+    pgid: int
+    start: int  # clock ticks after boot: with the pid, identifies a process
+
+
+def _process_table() -> dict[int, _ProcInfo]:
+    """Every live (non-zombie) process on this machine (Linux: /proc), by pid."""
+    table: dict[int, _ProcInfo] = {}
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return table
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            continue  # exited meanwhile
+        # "pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+        # utime stime cutime cstime priority nice threads itrealvalue starttime ..."; comm may
+        # hold spaces and parentheses.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) < 20 or fields[0] in ("Z", "X"):
+            continue
+        table[int(entry.name)] = _ProcInfo(int(fields[1]), int(fields[2]), int(fields[19]))
+    return table
+
+
+def _tree(groups: list[int]) -> dict[int, int]:
+    """Members of the process ``groups`` and all their descendants: pid to start time.
+
+    Without /proc (not Linux): the group leaders that are alive, with start time 0.
+    """
+    if not groups:
+        return {}
+    table = _process_table()
+    if not table:
+        return {pgid: 0 for pgid in groups if _group_members(pgid)}
+    found = {pid for pid, info in table.items() if info.pgid in groups}
+    children: dict[int, list[int]] = {}
+    for pid, info in table.items():
+        children.setdefault(info.ppid, []).append(pid)
+    stack = list(found)
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return {pid: table[pid].start for pid in found}
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The live (non-zombie) processes of process group ``pgid``."""
+    if not Path("/proc").is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return []
+        except PermissionError:
+            pass
+        return [pgid]
+    return [pid for pid, info in _process_table().items() if info.pgid == pgid]
+
+
+def _get_json(url: str, timeout: float) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        state = json.loads(response.read().decode("utf-8"))
+    if not isinstance(state, dict):
+        raise ValueError(f"{url} answered {type(state).__name__}, not an object")
+    return state
+
+
+def _alive_workers(state: dict[str, Any]) -> int:
+    workers = state.get("workers")
+    if not isinstance(workers, list):
+        return 0
+    return sum(1 for w in workers if isinstance(w, dict) and w.get("state") == "ALIVE")
+
+
+def _read_tail(path: Path, limit: int = 256 * 1024) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - limit))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _describe_last_error(text: str) -> str:
+    """Quote the last ERROR line of a daemon log, or its last line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for index in range(len(lines) - 1, -1, -1):
+        match = _LOG_LINE_RE.match(lines[index])
+        if match is not None and match.group("level") in ("ERROR", "FATAL"):
+            quote = f"last ERROR: {match.group('message')[:_MAX_QUOTE]!r}"
+            following = lines[index + 1 : index + 2]
+            if following and not _LOG_LINE_RE.match(following[0]):
+                quote += f" ({following[0][:_MAX_QUOTE]!r})"
+            return quote
+    return f"last log line: {lines[-1][:_MAX_QUOTE]!r}" if lines else "the log is empty"

@@ -1,0 +1,294 @@
+"""Local SparkSessions fit for a development machine and CI.
+
+:func:`local_session` starts a SparkSession whose driver listens on 127.0.0.1 only, with the
+web UI off, few shuffle partitions, Arrow on for pandas conversions, Python workers running the
+very interpreter (and so the very ``marshal_py``) of the caller, and quiet logs: WARN and above
+on stderr, the known-harmless startup warnings muted. ``master`` may be ``local[N]`` or the URL
+of a standalone cluster (see :class:`marshal_py.spark.cluster.StandaloneCluster`).
+
+pyspark is imported only when a function needs it, so importing this module never fails; a
+missing pyspark (``pip install marshal_py[spark]``) or Java raises a one-line
+:class:`SparkUnavailableError` instead of pyspark's "Java gateway process exited".
+
+The Spark these helpers run is always the pip-installed pyspark package (its directory is
+``SPARK_HOME``), so the driver, a standalone cluster and its executors are one Spark version.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from marshal_py.devbroker.broker import parse_java_major_version
+from marshal_py.errors import MarshalError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "LOOPBACK",
+    "MIN_JAVA_VERSION",
+    "SparkError",
+    "SparkUnavailableError",
+    "find_java",
+    "local_session",
+    "log4j2_config",
+    "require_pyspark",
+    "spark_home",
+]
+
+LOOPBACK = "127.0.0.1"
+"""The only interface the driver (and :class:`~marshal_py.spark.cluster.StandaloneCluster`)
+listens on."""
+
+MIN_JAVA_VERSION = 17
+"""Oldest Java major version Spark 4 runs on."""
+
+INSTALL_HINT = "pip install marshal_py[spark]"
+
+LOG_LEVELS = frozenset({"ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"})
+"""The levels :func:`local_session` accepts (log4j's)."""
+
+DEFAULT_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.driver.host": LOOPBACK,
+    "spark.driver.bindAddress": LOOPBACK,
+    "spark.log.level": "WARN",
+}
+"""Settings :func:`local_session` applies unless its caller passes others."""
+
+_LOG4J2_TEMPLATE = """\
+# Written by marshal_py.spark.session: {level} and above on stderr, harmless noise muted.
+status = error
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n%ex
+rootLogger.level = {level}
+rootLogger.appenderRef.console.ref = console
+logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
+logger.nativecode.level = error
+"""
+
+_JAVA_OPTIONS_KEYS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+
+
+class SparkError(MarshalError):
+    """Spark could not be set up, started or stopped."""
+
+
+class SparkUnavailableError(SparkError):
+    """pyspark or the Java it runs on is missing or unusable."""
+
+
+def require_pyspark() -> ModuleType:
+    """Import and return the ``pyspark`` package.
+
+    Raises:
+        SparkUnavailableError: pyspark is not installed (or does not import).
+    """
+    try:
+        import pyspark
+    except ImportError as exc:
+        raise SparkUnavailableError(
+            f"pyspark is not installed ({exc}); the Spark features need the spark extra: "
+            f"{INSTALL_HINT}"
+        ) from exc
+    return pyspark
+
+
+def spark_home() -> Path:
+    """The pip-installed pyspark package directory, which is a complete ``SPARK_HOME``.
+
+    Raises:
+        SparkUnavailableError: pyspark is missing, or its directory lacks ``bin/spark-class``
+            or ``jars`` (a pyspark installed without its jars).
+    """
+    pyspark = require_pyspark()
+    home = Path(pyspark.__file__ or "").resolve().parent
+    if not (home / "bin" / "spark-class").is_file() or not (home / "jars").is_dir():
+        raise SparkUnavailableError(
+            f"{home} is not a complete Spark (no bin/spark-class or jars); reinstall pyspark "
+            f"from PyPI: {INSTALL_HINT}"
+        )
+    return home
+
+
+def find_java() -> tuple[str, int]:
+    """Return the ``java`` executable Spark will run and its major version.
+
+    ``$JAVA_HOME/bin/java`` when ``JAVA_HOME`` is set (as Spark's launcher does), else ``java``
+    on ``PATH``.
+
+    Raises:
+        SparkUnavailableError: no Java, ``java -version`` fails, or the Java is older than
+            :data:`MIN_JAVA_VERSION`.
+    """
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        java = str(Path(java_home) / "bin" / "java")
+        if not os.access(java, os.X_OK):
+            raise SparkUnavailableError(
+                f"JAVA_HOME is {java_home}, which has no bin/java; Spark needs Java "
+                f"{MIN_JAVA_VERSION} or newer: point JAVA_HOME at a JDK or unset it"
+            )
+    else:
+        found = shutil.which("java")
+        if found is None:
+            raise SparkUnavailableError(
+                f"Java is not installed (no java on PATH, JAVA_HOME unset); Spark needs Java "
+                f"{MIN_JAVA_VERSION} or newer: install a JDK (e.g. `apt-get install "
+                "openjdk-17-jre-headless`) or set JAVA_HOME"
+            )
+        java = found
+    major = _java_major_version(java)
+    if major < MIN_JAVA_VERSION:
+        raise SparkUnavailableError(
+            f"{java} is Java {major}, but Spark needs Java {MIN_JAVA_VERSION} or newer: install "
+            "one and put it first on PATH or set JAVA_HOME"
+        )
+    return java, major
+
+
+@functools.lru_cache(maxsize=8)
+def _java_major_version(java: str) -> int:
+    try:
+        result = subprocess.run(
+            [java, "-version"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SparkUnavailableError(
+            f"cannot run `{java} -version` ({exc}); reinstall Java {MIN_JAVA_VERSION} or newer "
+            "or point JAVA_HOME at a working one"
+        ) from exc
+    output = result.stderr + result.stdout
+    major = parse_java_major_version(output)
+    if result.returncode != 0 or major is None:
+        first = output.strip().splitlines()[0][:300] if output.strip() else "no output"
+        raise SparkUnavailableError(
+            f"cannot tell the version of {java} (`java -version` said: {first}); install Java "
+            f"{MIN_JAVA_VERSION} or newer or point JAVA_HOME at one"
+        )
+    return major
+
+
+@functools.cache
+def _scratch_dir() -> Path:
+    """A private directory for this process (log configuration, SQL warehouse), removed at exit."""
+    path = Path(tempfile.mkdtemp(prefix="marshal-spark-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def log4j2_config(level: str = "WARN") -> Path:
+    """Return a log4j2 configuration file that logs ``level`` and above to stderr.
+
+    The file lives in a private per-process directory removed when the process exits; JVMs
+    read it when they start (``-Dlog4j2.configurationFile=PATH``).
+    """
+    level = level.upper()
+    if level not in LOG_LEVELS:
+        raise SparkError(f"log level {level!r} is not one of {', '.join(sorted(LOG_LEVELS))}")
+    path = _scratch_dir() / f"log4j2-{level.lower()}.properties"
+    if not path.exists():
+        path.write_text(_LOG4J2_TEMPLATE.format(level=level), encoding="utf-8")
+    return path
+
+
+def local_session(
+    app_name: str,
+    master: str = "local[2]",
+    **conf: str | int | float | bool,
+) -> SparkSession:
+    """Start a SparkSession for this machine: loopback only, no UI, quiet, same Python.
+
+    Settings (see :data:`DEFAULT_CONF`): UI and console progress bars off,
+    ``spark.sql.shuffle.partitions`` 4, Arrow for pandas conversions, driver host and bind
+    address 127.0.0.1, the SQL warehouse in a private temporary directory (not ``./spark-
+    warehouse``), and driver and executors logging ``spark.log.level`` (WARN) and above to
+    stderr, from the start (no banner, no native-library warning).
+
+    The process environment gets ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` set to
+    :data:`sys.executable` (Python workers run this interpreter, so ``marshal_py`` imports in
+    them), ``SPARK_LOCAL_IP`` 127.0.0.1 and ``SPARK_HOME`` the pyspark package directory.
+
+    Args:
+        app_name: the application name (``spark.app.name``).
+        master: ``local[N]``, or a standalone cluster's ``spark://127.0.0.1:PORT``.
+        **conf: further Spark settings, overriding the defaults; pass dotted names with
+            ``**{"spark.executor.memory": "512m"}``; ``spark.log.level`` is the least severe
+            log level shown (``INFO``, ``DEBUG``...). ``spark.driver.extraJavaOptions`` and
+            ``spark.executor.extraJavaOptions`` are appended to the logging option.
+
+    Returns:
+        The new SparkSession; stop it with ``session.stop()``.
+
+    Raises:
+        SparkUnavailableError: pyspark or Java 17+ is missing.
+        SparkError: a SparkSession is already running in this process (pyspark allows one),
+            or the session cannot start.
+    """
+    settings = dict(DEFAULT_CONF)
+    settings["spark.sql.warehouse.dir"] = str(_scratch_dir() / "warehouse")
+    for key, value in conf.items():
+        settings[key] = _conf_value(value)
+    settings["spark.log.level"] = settings["spark.log.level"].upper()
+    log_config = log4j2_config(settings["spark.log.level"])  # checks the level first
+    home = spark_home()
+    find_java()
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    active = SparkContext._active_spark_context
+    if active is not None:
+        raise SparkError(
+            f"a SparkSession is already running in this process (master {active.master}, app "
+            f"{active.appName!r}) and pyspark allows only one: use it, or stop it first "
+            "(session.stop())"
+        )
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = LOOPBACK
+    os.environ["SPARK_HOME"] = str(home)
+
+    log_option = f"-Dlog4j2.configurationFile={log_config}"
+    for key in _JAVA_OPTIONS_KEYS:
+        settings[key] = f"{log_option} {settings.get(key, '')}".strip()
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else repr(exc)
+        raise SparkError(
+            f"cannot start a SparkSession on {master}: {reason}; check the settings passed "
+            "and that Java runs"
+        ) from exc
+    return session
+
+
+def _conf_value(value: str | int | float | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
