@@ -10,6 +10,9 @@ log: the next run re-runs it).
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -258,3 +261,30 @@ def test_a_missing_topic_fails_the_query_with_one_clear_line(
     with pytest.raises(StreamingQueryException,
                        match=f"topic '{unique_name}-missing' does not exist"):
         query.awaitTermination(timeout=120)
+
+
+def test_alo_query_killed_9_mid_run_then_restarted_from_its_checkpoint_loses_nothing(
+        world: Cluster, tmp_path: Path) -> None:
+    produced = world.producer.send(3000)
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [sys.executable, "-m", "tests.spark.query_process", world.bootstrap, world.ctopic,
+            world.group, world.topic, str(out), str(tmp_path / "checkpoint")]
+    root = Path(__file__).parents[2]
+    with open(tmp_path / "run1.err", "wb") as err:
+        first = subprocess.Popen([*argv, "run1", "--follow", "--max-per-batch", "100"],
+                                 cwd=root, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        wait_for(lambda: len(list(out.glob("run1-*.json"))) >= 3, 120,
+                 "the first run to complete 3 batches",
+                 describe=lambda: (tmp_path / "run1.err").read_text()[-2000:])
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    second = subprocess.run([*argv, "run2", "--max-per-batch", "5000"], cwd=root,
+                            capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    seen = Counter((p, o) for path in out.glob("*.json") for p, o in json.loads(path.read_text()))
+    assert set(produced) <= set(seen), f"{len(set(produced) - set(seen))} records lost"
