@@ -276,8 +276,9 @@ class _Generator:
             return
         p = self.rng.randrange(world.partitions)
         redo = world.redeliver[p]
-        if redo and redo[0][0] <= self.now:
-            _, first, last = redo.pop(0)
+        ready = next((k for k, entry in enumerate(redo) if entry[0] < self.now), None)
+        if ready is not None:
+            _, first, last = redo.pop(ready)
         else:
             first = world.speo[p]
             last = first + self.rng.randint(5, 30) - 1
@@ -285,19 +286,25 @@ class _Generator:
         self.emit(world, AcquiringRecords(*self.base(world, c, p), _text(first, last), 30_000))
         # Processing time: mostly well inside the 30 s lock, sometimes not.
         self.at(self.now + int(min(self.rng.expovariate(1 / 3_000), 45_000)), "ack", w, c,
-                (epoch, p, first, last))
+                (epoch, p, first, last, self.now + 30_000))
 
     def _on_ack(self, world: _World, w: int, c: int, client: _Client,
-                arg: tuple[int, int, int, int]) -> None:
-        epoch, p, first, last = arg
+                arg: tuple[int, int, int, int, int]) -> None:
+        epoch, p, first, last, expiry = arg
         if not self._live(client, epoch):
             # Crashed or left: the locks elapse and someone else acquires them again.
-            world.redeliver[p].append((self.now + 30_000, first, last))
+            world.redeliver[p].append((expiry, first, last))
+            return
+        if self.now >= expiry:
+            # Too slow: the lock elapsed, the member drops the batch, others get it again.
+            world.redeliver[p].append((self.now, first, last))
+            self.at(self.now + self.rng.randint(10, 2_000), "acquire", w, c, epoch)
             return
         roll = self.rng.random()
         if roll < 0.05:
             self.emit(world, RenewingLocks(*self.base(world, c, p), _text(first, last), 30_000))
-            self.at(self.now + self.rng.randint(100, 20_000), "ack", w, c, arg)
+            self.at(self.now + self.rng.randint(100, 20_000), "ack", w, c,
+                    (epoch, p, first, last, self.now + 30_000))
             return
         kind = "accept" if roll < 0.88 else "release" if roll < 0.98 else "reject"
         self.emit(world, AcknowledgingRecords(*self.base(world, c, p), _text(first, last), kind))

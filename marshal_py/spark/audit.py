@@ -170,7 +170,9 @@ def observe_bucket(partition_count: int, heartbeat_interval_ms: int,
 
 
 def _bucketed(raw: DataFrame, partition_count: int, group: str | None,
-              topic: str | None) -> DataFrame:
+              topic: str | None) -> tuple[DataFrame, DataFrame]:
+    """The records with their bucket columns, and the persisted routed records (unpersist
+    them when done)."""
     from pyspark.sql import functions as F
 
     routed_schema = spark_schema((("coordination_partition", "int32"), ("offset", "int64"),
@@ -197,7 +199,7 @@ def _bucketed(raw: DataFrame, partition_count: int, group: str | None,
     return joined.select(
         "coordination_partition", "offset", "timestamp_ms", "value",
         F.col("r_group").alias("b_group"), F.col("r_topic").alias("b_topic"),
-        bucket_partition.alias("b_partition"))
+        bucket_partition.alias("b_partition")), routed
 
 
 def _tables(obs: DataFrame) -> dict[str, DataFrame]:
@@ -456,7 +458,7 @@ def run_spark_audit(
         for name, value in (kafka_options or {}).items():
             reader = reader.option(f"kafka.{name}", value)
         raw = reader.load()
-        buckets = _bucketed(raw, partition_count, group, topic)
+        buckets, routed = _bucketed(raw, partition_count, group, topic)
         obs = (buckets.groupBy("b_group", "b_topic", "b_partition", "coordination_partition")
                .applyInArrow(observe_bucket(partition_count, heartbeat_interval_ms),
                              spark_schema(WIDE_COLUMNS))
@@ -471,7 +473,7 @@ def run_spark_audit(
                             tables["coordination"].orderBy("coordination_partition").collect()]
             violations = tables["violations"].count()
         obs.unpersist()
-        spark.catalog.clearCache()
+        routed.unpersist()
         records = sum(int(row[1]) for row in coordination)
     finally:
         if own_session:
