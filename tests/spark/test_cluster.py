@@ -201,7 +201,12 @@ _OWNER_SCRIPT = textwrap.dedent(
     cluster = StandaloneCluster(workers=1).start()
     spark = local_session(
         "owner", cluster.master_url,
-        **{"spark.executor.memory": "512m", "spark.scheduler.minRegisteredResourcesRatio": "1"},
+        **{
+            "spark.executor.memory": "512m",
+            "spark.scheduler.minRegisteredResourcesRatio": "1",
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+            "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+        },
     )
     assert spark.sparkContext.parallelize(range(4), 2).map(lambda x: x * 2).sum() == 12
     jvm = spark.sparkContext._jvm
