@@ -386,6 +386,9 @@ class StandaloneCluster:
             SPARK_CONF_DIR=str(self.work_dir / "conf"),  # empty: no user spark-env.sh
             SPARK_LOCAL_IP=LOOPBACK,
             SPARK_LOCAL_HOSTNAME=LOOPBACK,
+            # Executors' shuffle and block files: inside the work directory, not in /tmp, so
+            # that they go with it even when an executor is killed.
+            SPARK_LOCAL_DIRS=str(self.work_dir / "local"),
             SPARK_DAEMON_MEMORY=self.daemon_memory,
             SPARK_DAEMON_JAVA_OPTS=_DAEMON_JAVA_OPTS,
             PYSPARK_PYTHON=self.python,

@@ -17,6 +17,7 @@ The Spark these helpers run is always the pip-installed pyspark package (its dir
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import shutil
@@ -28,6 +29,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from marshal_py.devbroker.broker import parse_java_major_version
+from marshal_py.devbroker.jars import default_cache_dir
 from marshal_py.errors import MarshalError
 
 if TYPE_CHECKING:
@@ -191,9 +193,13 @@ def _java_major_version(java: str) -> int:
 
 
 @functools.cache
-def _scratch_dir() -> Path:
-    """A private directory for this process (log configuration, SQL warehouse), removed at exit."""
-    path = Path(tempfile.mkdtemp(prefix="marshal-spark-"))
+def _warehouse_dir() -> Path:
+    """Where this process's SQL warehouse goes: a fresh temporary path, removed at exit.
+
+    Nothing is created here; Spark makes the directory when a table is first saved.
+    """
+    name = f"marshal-spark-warehouse-{os.getpid()}-{os.urandom(6).hex()}"
+    path = Path(tempfile.gettempdir()) / name
     atexit.register(shutil.rmtree, path, True)
     return path
 
@@ -201,15 +207,46 @@ def _scratch_dir() -> Path:
 def log4j2_config(level: str = "WARN") -> Path:
     """Return a log4j2 configuration file that logs ``level`` and above to stderr.
 
-    The file lives in a private per-process directory removed when the process exits; JVMs
-    read it when they start (``-Dlog4j2.configurationFile=PATH``).
+    JVMs read it when they start (``-Dlog4j2.configurationFile=PATH``). The file is written
+    once into the project cache (``spark/`` in
+    :func:`~marshal_py.devbroker.jars.default_cache_dir`), or into a temporary directory
+    removed at exit when the cache is not writable.
     """
     level = level.upper()
     if level not in LOG_LEVELS:
         raise SparkError(f"log level {level!r} is not one of {', '.join(sorted(LOG_LEVELS))}")
-    path = _scratch_dir() / f"log4j2-{level.lower()}.properties"
-    if not path.exists():
-        path.write_text(_LOG4J2_TEMPLATE.format(level=level), encoding="utf-8")
+    content = _LOG4J2_TEMPLATE.format(level=level)
+    name = f"log4j2-{level.lower()}.properties"
+    try:
+        return _write_once(default_cache_dir() / "spark" / name, content)
+    except OSError:
+        return _write_once(_private_dir() / name, content)
+
+
+def _write_once(path: Path, content: str) -> Path:
+    """Make ``path`` hold ``content`` (atomically: readers never see a partial file)."""
+    try:
+        if path.read_text(encoding="utf-8") == content:
+            return path
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(content)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return path
+
+
+@functools.cache
+def _private_dir() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="marshal-spark-"))
+    atexit.register(shutil.rmtree, path, True)
     return path
 
 
@@ -222,8 +259,8 @@ def local_session(
 
     Settings (see :data:`DEFAULT_CONF`): UI and console progress bars off,
     ``spark.sql.shuffle.partitions`` 4, Arrow for pandas conversions, driver host and bind
-    address 127.0.0.1, the SQL warehouse in a private temporary directory (not ``./spark-
-    warehouse``), and driver and executors logging ``spark.log.level`` (WARN) and above to
+    address 127.0.0.1, the SQL warehouse in a private temporary directory removed at exit (not
+    ``./spark-warehouse``), and driver and executors logging ``spark.log.level`` (WARN) and above to
     stderr, from the start (no banner, no native-library warning).
 
     The process environment gets ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` set to
@@ -247,7 +284,7 @@ def local_session(
             or the session cannot start.
     """
     settings = dict(DEFAULT_CONF)
-    settings["spark.sql.warehouse.dir"] = str(_scratch_dir() / "warehouse")
+    settings["spark.sql.warehouse.dir"] = str(_warehouse_dir())
     for key, value in conf.items():
         settings[key] = _conf_value(value)
     settings["spark.log.level"] = settings["spark.log.level"].upper()

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -194,7 +196,7 @@ def test_busy_master_port_is_a_clear_error(tmp_path: Path) -> None:
 # on it and reports what is left; `kill` waits to be killed with SIGKILL.
 _OWNER_SCRIPT = textwrap.dedent(
     """
-    import json, sys, time
+    import json, sys, tempfile, time
     from marshal_py.spark.cluster import StandaloneCluster
     from marshal_py.spark.session import local_session
 
@@ -202,6 +204,7 @@ _OWNER_SCRIPT = textwrap.dedent(
     spark = local_session(
         "owner", cluster.master_url,
         **{
+            "spark.local.dir": tempfile.gettempdir(),
             "spark.executor.memory": "512m",
             "spark.scheduler.minRegisteredResourcesRatio": "1",
             "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
@@ -227,20 +230,48 @@ _OWNER_SCRIPT = textwrap.dedent(
 )
 
 
-def _run_owner(mode: str) -> tuple[subprocess.Popen[str], dict[str, list[int] | int]]:
-    owner = subprocess.Popen(
-        [sys.executable, "-c", _OWNER_SCRIPT, mode],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    assert owner.stdout is not None
-    line = owner.stdout.readline()
-    if not line:
-        owner.wait(timeout=60)
-        pytest.fail(f"the cluster owner exited with status {owner.returncode} before reporting")
-    return owner, json.loads(line)
+@dataclass
+class _Owner:
+    """A process running _OWNER_SCRIPT; its temporary files (the cluster's too) go to tmp."""
+
+    process: subprocess.Popen[str]
+    tmp: Path
+
+    def report(self) -> dict[str, Any]:
+        """The next JSON line the owner prints."""
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            self.process.wait(timeout=60)
+            pytest.fail(f"the cluster owner exited with status {self.process.returncode}")
+        report: dict[str, Any] = json.loads(line)
+        return report
+
+
+@pytest.fixture(scope="module")
+def owners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, _Owner]]:
+    """Both owners, started together (their start-up overlaps); killed at the end if alive."""
+    started = {}
+    for mode in ("stop", "kill"):
+        tmp = tmp_path_factory.mktemp(f"owner-{mode}")
+        process = subprocess.Popen(
+            [sys.executable, "-c", _OWNER_SCRIPT, mode],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, "TMPDIR": str(tmp)},
+        )
+        started[mode] = _Owner(process, tmp)
+    try:
+        yield started
+    finally:
+        for owner in started.values():
+            if owner.process.poll() is None:
+                os.killpg(owner.process.pid, signal.SIGKILL)
+            owner.process.wait()
+            if owner.process.stdout is not None:
+                owner.process.stdout.close()
 
 
 def _await_gone(processes: dict[int, int | None], timeout: float) -> dict[int, int | None]:
@@ -255,32 +286,26 @@ def _await_gone(processes: dict[int, int | None], timeout: float) -> dict[int, i
         time.sleep(0.1)
 
 
-def test_stop_leaves_no_process_behind() -> None:
-    owner, report = _run_owner("stop")
-    try:
-        assert isinstance(report["cluster"], list)
-        # master, worker, executor JVM, its PySpark daemon (and perhaps a forked worker)
-        assert len(report["cluster"]) >= 4, report
-        processes = {pid: _start_time(pid) for pid in report["cluster"]}
-        assert owner.stdout is not None
-        after = json.loads(owner.stdout.readline())
-        assert after["left"] == []
-        assert _await_gone(processes, timeout=0) == {}  # gone when stop() returned
-        assert owner.wait(timeout=60) == 0
-    finally:
-        if owner.poll() is None:
-            os.killpg(owner.pid, signal.SIGKILL)
-            owner.wait()
+def test_stop_leaves_no_process_behind(owners: dict[str, _Owner]) -> None:
+    owner = owners["stop"]
+    report = owner.report()
+    # master, worker, executor JVM, its PySpark daemon (and perhaps a forked worker)
+    assert len(report["cluster"]) >= 4, report
+    processes = {pid: _start_time(pid) for pid in report["cluster"]}
+    after = owner.report()
+    assert after["left"] == []
+    assert _await_gone(processes, timeout=0) == {}  # gone when stop() returned
+    assert owner.process.wait(timeout=60) == 0
+    assert not list(owner.tmp.glob("marshal-spark-cluster-*"))  # its work dir went too
 
 
-def test_killed_owner_leaves_no_process_behind() -> None:
-    owner, report = _run_owner("kill")
-    assert isinstance(report["cluster"], list)
-    watched = [*report["cluster"], report["driver_jvm"]]
-    processes = {pid: _start_time(pid) for pid in watched if isinstance(pid, int)}
+def test_killed_owner_leaves_no_process_behind(owners: dict[str, _Owner]) -> None:
+    owner = owners["kill"]
+    report = owner.report()
+    processes = {pid: _start_time(pid) for pid in [*report["cluster"], report["driver_jvm"]]}
     assert all(processes.values()), report
-    owner.kill()  # SIGKILL: no atexit, no stop(); only the parent-death signal and Spark
-    owner.wait()
+    owner.process.kill()  # SIGKILL: no atexit, no stop(); only the parent-death signal and Spark
+    owner.process.wait()
     # The daemons die at once (parent-death signal); the executor when it loses its worker,
     # its PySpark daemon when the executor goes, the driver JVM when its stdin closes.
     assert _await_gone(processes, timeout=30) == {}
