@@ -25,6 +25,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from marshal_py.admin.audit import (
     GARBAGE,
     OVERLAPPING_OWNERS,
     RESET,
+    ROW_KINDS,
     SHARE_ACCEPTED_TWICE,
     TABLES,
     WHOLE_TOPIC,
@@ -44,9 +46,9 @@ from marshal_py.admin.audit import (
     ShareRangeRow,
     ShareStateRow,
     StintRow,
-    route,
 )
 from marshal_py.admin.audit_local import AuditResult, Progress, prepare_output
+from marshal_py.protocol.messages import ResettingSharePartition
 from marshal_py.protocol.placement import coordination_partition
 from marshal_py.world.rationalizer import Rationalizer, RationalizerConfig
 from marshal_py.world.records import CoordinationRecord
@@ -56,8 +58,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_ROUTE_COLUMNS = (("r_kind", "str"), ("r_group", "str"), ("r_topic", "str"),
-                  ("r_partition", "int32"))
 
 
 def spark_schema(spec: ColumnSpec) -> Any:
@@ -83,64 +83,47 @@ def _arrow_schema(spec: ColumnSpec) -> Any:
     return pa.schema([(name, types[kind]) for name, kind in spec])
 
 
-def route_batches(partition_count: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """mapInArrow function adding the routing columns to raw log batches."""
-
-    def run(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
-        out_types = [pa.string(), pa.string(), pa.string(), pa.int32()]
-        for batch in batches:
-            cps = batch.column("coordination_partition").to_pylist()
-            values = batch.column("value").to_pylist()
-            routes = [route(v, cp, partition_count) for cp, v in zip(cps, values, strict=True)]
-            columns: list[Any] = list(zip(*routes, strict=True)) if routes else [[]] * 4
-            arrays = [*batch.columns,
-                      *(pa.array(list(c), type=t) for c, t in zip(columns, out_types,
-                                                                  strict=True))]
-            names = [*batch.schema.names, *(n for n, _ in _ROUTE_COLUMNS)]
-            yield pa.RecordBatch.from_arrays(arrays, names=names)
-
-    return run
-
-
 class _WideSink:
-    """Collects observation rows as columns of the wide schema."""
+    """Collects observation rows per kind; :meth:`table` lays them out in the wide schema."""
 
     def __init__(self) -> None:
-        self.names = [name for name, _ in WIDE_COLUMNS]
-        self.columns: dict[str, list[Any]] = {name: [] for name in self.names}
-        self.rows = 0
-
-    def _add(self, kind: str, row: tuple[Any, ...]) -> None:
-        fields: tuple[str, ...] = row._fields  # type: ignore[attr-defined]
-        self.columns["kind"].append(kind)
-        present = set(fields)
-        for name, value in zip(fields, row, strict=True):
-            self.columns[name].append(value)
-        for name in self.names[1:]:
-            if name not in present:
-                self.columns[name].append(None)
-        self.rows += 1
+        self.rows: dict[str, list[tuple[Any, ...]]] = {kind: [] for kind in ROW_KINDS}
 
     def record(self, row: RecordRow) -> None:
-        self._add("record", row)
+        self.rows["record"].append(row)
 
     def stint(self, row: StintRow) -> None:
-        self._add("stint", row)
+        self.rows["stint"].append(row)
 
     def share_range(self, row: ShareRangeRow) -> None:
-        self._add("share_range", row)
+        self.rows["share_range"].append(row)
 
     def share_state(self, row: ShareStateRow) -> None:
-        self._add("share_state", row)
+        self.rows["share_state"].append(row)
 
     def table(self) -> Any:
         import pyarrow as pa
 
         schema = _arrow_schema(WIDE_COLUMNS)
-        return pa.Table.from_arrays(
-            [pa.array(self.columns[f.name], type=f.type) for f in schema], schema=schema)
+        parts = []
+        for kind, rows in self.rows.items():
+            if not rows:
+                continue
+            fields: tuple[str, ...] = ROW_KINDS[kind]._fields  # type: ignore[attr-defined]
+            columns = dict(zip(fields, zip(*rows, strict=True), strict=True))
+            count = len(rows)
+            arrays = []
+            for f in schema:
+                if f.name == "kind":
+                    arrays.append(pa.array([kind] * count, type=f.type))
+                elif f.name in columns:
+                    arrays.append(pa.array(columns[f.name], type=f.type))
+                else:
+                    arrays.append(pa.nulls(count, type=f.type))
+            parts.append(pa.Table.from_arrays(arrays, schema=schema))
+        if not parts:
+            return schema.empty_table()
+        return pa.concat_tables(parts)
 
 
 def observe_bucket(partition_count: int, heartbeat_interval_ms: int,
@@ -169,16 +152,57 @@ def observe_bucket(partition_count: int, heartbeat_interval_ms: int,
     return run
 
 
-def _bucketed(raw: DataFrame, partition_count: int, group: str | None,
+def routing_columns(value: Any) -> tuple[Any, Any, Any, Any]:
+    """(kind, group, topic, partition) of a raw record value, as Spark column expressions.
+
+    The SQL counterpart of :func:`marshal_py.admin.audit.route`, without decoding in Python:
+    split on ``/``, take fields 5-7 (group, topic, partition: the same place in every message
+    type), unescape them at version 2 and later. For every record that decodes, it gives the
+    decoded group, topic and partition (None for types without one) and says ``reset`` for a
+    ``ResettingSharePartition``; what it says of records that do not decode does not matter
+    (their verdict depends on nothing else). Misplaced records need no kind of their own:
+    buckets are per coordination partition, so they never meet their topic's records.
+    ``tests/spark/test_audit_engines.py`` checks it against ``route``.
+    """
+    from pyspark.sql import functions as F
+
+    from marshal_py.protocol.codec import registered_types
+    from marshal_py.protocol.messages import PartitionMessage
+
+    types = list(registered_types())
+    with_partition = [t.TYPE for t in types if issubclass(t, PartitionMessage)]
+    without = [t.TYPE for t in types if not issubclass(t, PartitionMessage)]
+    parts = F.split(value.cast("string"), "/", -1)
+    kind_name, version = parts.getItem(0), parts.getItem(1)
+
+    def field(index: int) -> Any:
+        raw = parts.getItem(index)
+        unescaped = F.regexp_replace(F.regexp_replace(raw, "%2[Ff]", "/"), "%25", "%")
+        return F.when(version == "1", raw).otherwise(unescaped)
+
+    known = ((kind_name.isin(with_partition) & (F.size(parts) >= 8))
+             | (kind_name.isin(without) & (F.size(parts) >= 7)))
+    garbage = value.isNull() | ~known
+    kind = (F.when(garbage, F.lit(GARBAGE))
+            .when(kind_name.isin(without), F.lit("member"))
+            .when(kind_name == ResettingSharePartition.TYPE, F.lit(RESET))
+            .otherwise(F.lit("partition")))
+    group = F.when(garbage, F.lit(None).cast("string")).otherwise(field(5))
+    topic = F.when(garbage, F.lit(None).cast("string")).otherwise(field(6))
+    partition = F.when(garbage | kind_name.isin(without), F.lit(None).cast("int")) \
+        .otherwise(parts.getItem(7).cast("int"))
+    return kind, group, topic, partition
+
+
+def _bucketed(raw: DataFrame, group: str | None,
               topic: str | None) -> tuple[DataFrame, DataFrame]:
     """The records with their bucket columns, and the persisted routed records (unpersist
     them when done)."""
     from pyspark.sql import functions as F
 
-    routed_schema = spark_schema((("coordination_partition", "int32"), ("offset", "int64"),
-                                  ("timestamp_ms", "int64"), ("value", "binary"),
-                                  *_ROUTE_COLUMNS))
-    routed = raw.mapInArrow(route_batches(partition_count), routed_schema)
+    kind, r_group, r_topic, r_partition = routing_columns(F.col("value"))
+    routed = raw.select("*", kind.alias("r_kind"), r_group.alias("r_group"),
+                        r_topic.alias("r_topic"), r_partition.alias("r_partition"))
     if group is not None or topic is not None:
         keep = F.col("r_kind") == GARBAGE
         match = F.lit(True)
@@ -193,7 +217,6 @@ def _bucketed(raw: DataFrame, partition_count: int, group: str | None,
     joined = routed.join(F.broadcast(resets), ["r_group", "r_topic"], "left")
     bucket_partition = (
         F.when(F.col("r_kind") == GARBAGE, F.lit(None).cast("int"))
-        .when(F.col("r_kind") == "misplaced", F.col("r_partition"))
         .when((F.col("r_kind") == "member") | F.col("r_whole").isNotNull(), F.lit(WHOLE_TOPIC))
         .otherwise(F.col("r_partition")))
     return joined.select(
@@ -397,6 +420,37 @@ class _StageProgress:
         self.stop.set()
 
 
+def _observe_settings(spark: SparkSession) -> dict[str, str]:
+    """Many small shuffle partitions, not coalesced: buckets cost CPU, not bytes, so Spark's
+    size-based coalescing would leave cores idle behind one big task."""
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    return {"spark.sql.shuffle.partitions": str(max(8, 4 * cores)),
+            "spark.sql.adaptive.coalescePartitions.enabled": "false"}
+
+
+@contextmanager
+def _settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """Set session settings for a block, then restore them."""
+    before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+
+
+def _step(progress: Progress | None, what: str, started: float) -> None:
+    message = f"spark: {what} ({time.monotonic() - started:.1f} s)"
+    log.info(message)
+    if progress is not None:
+        progress(message)
+
+
 def _session(master: str) -> SparkSession:
     """A session for the audit: the project's local_session (loopback, quiet, this Python)."""
     try:
@@ -458,22 +512,32 @@ def run_spark_audit(
         for name, value in (kafka_options or {}).items():
             reader = reader.option(f"kafka.{name}", value)
         raw = reader.load()
-        buckets, routed = _bucketed(raw, partition_count, group, topic)
-        obs = (buckets.groupBy("b_group", "b_topic", "b_partition", "coordination_partition")
-               .applyInArrow(observe_bucket(partition_count, heartbeat_interval_ms),
-                             spark_schema(WIDE_COLUMNS))
-               .persist())
-        tables = _tables(obs)
+        buckets, routed = _bucketed(raw, group, topic)
+        observed = (buckets.groupBy("b_group", "b_topic", "b_partition",
+                                    "coordination_partition")
+                    .applyInArrow(observe_bucket(partition_count, heartbeat_interval_ms),
+                                  spark_schema(WIDE_COLUMNS)))
+        with _StageProgress(spark, progress), _settings(spark, _observe_settings(spark)):
+            # Cut the lineage: later queries must not plan (list Kafka) or read the log again.
+            obs = observed.localCheckpoint(eager=True)
+        routed.unpersist()
+        _step(progress, "read, routed and rationalized the log", started)
         with _StageProgress(spark, progress):
+            tables = _tables(obs)
+            small = {name: tables[name].persist() for name in ("violations", "summary",
+                                                                "coordination")}
+            tables.update(small)
             if out is not None:
                 for name, df in tables.items():
                     df.write.mode("overwrite").parquet(str(out / name))
+                    _step(progress, f"wrote {name}", started)
             summary = [tuple(r) for r in tables["summary"].orderBy("group", "topic").collect()]
             coordination = [tuple(r) for r in
                             tables["coordination"].orderBy("coordination_partition").collect()]
             violations = tables["violations"].count()
+        for df in small.values():
+            df.unpersist()
         obs.unpersist()
-        routed.unpersist()
         records = sum(int(row[1]) for row in coordination)
     finally:
         if own_session:
