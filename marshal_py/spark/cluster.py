@@ -51,6 +51,7 @@ MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
 _POLL_S = 0.2
+_PORT_ATTEMPTS = 3
 _MAX_QUOTE = 300
 _MEMORY_RE = re.compile(r"\d+[kKmMgGtT]?")
 _BIND_RE = re.compile(r"Service '(\w+)' failed after \d+ retries")
@@ -72,6 +73,14 @@ _DAEMON_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 class SparkClusterError(SparkError):
     """A standalone cluster could not be started or stopped."""
+
+
+class _PortInUseError(SparkClusterError):
+    """The master could not bind one of its ports."""
+
+    def __init__(self, message: str, service: str) -> None:
+        super().__init__(message)
+        self.service = service  # "sparkMaster", "MasterUI" or "" (unknown)
 
 
 class StandaloneCluster:
@@ -134,6 +143,9 @@ class StandaloneCluster:
             if webui_port is not None
             else free_port(exclude=frozenset({self.master_port}))
         )
+        # Ports picked here may be taken by the time the master binds them: those are picked
+        # again (a busy port the caller chose is an error).
+        self._picked_ports = {"sparkMaster": master_port is None, "MasterUI": webui_port is None}
         self._owns_work_dir = work_dir is None
         self._work_dir: Path | None = (
             None if work_dir is None else Path(work_dir).expanduser().resolve()
@@ -250,23 +262,7 @@ class StandaloneCluster:
         env = self._environment(home)
         spark_class = str(home / "bin" / "spark-class")
         try:
-            self._master = self._launch(
-                [
-                    spark_class,
-                    MASTER_CLASS,
-                    "--host",
-                    LOOPBACK,
-                    "--port",
-                    str(self.master_port),
-                    "--webui-port",
-                    str(self.webui_port),
-                    "--properties-file",
-                    str(properties),
-                ],
-                self.master_log,
-                env,
-            )
-            self._await(lambda state: state.get("status") == "ALIVE", deadline, timeout, "ALIVE")
+            self._start_master(spark_class, properties, env, deadline, timeout)
             for index in range(self.workers):
                 worker_dir = self.work_dir / f"worker-{index}"
                 worker_dir.mkdir(exist_ok=True)
@@ -316,6 +312,44 @@ class StandaloneCluster:
             self.work_dir,
         )
         return self
+
+    def _start_master(
+        self, spark_class: str, properties: Path, env: dict[str, str], deadline: float,
+        timeout: float,
+    ) -> None:
+        """Launch the master and wait until it is ALIVE, picking new ports if ours were taken."""
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            self._master = self._launch(
+                [
+                    spark_class,
+                    MASTER_CLASS,
+                    "--host",
+                    LOOPBACK,
+                    "--port",
+                    str(self.master_port),
+                    "--webui-port",
+                    str(self.webui_port),
+                    "--properties-file",
+                    str(properties),
+                ],
+                self.master_log,
+                env,
+            )
+            try:
+                self._await(
+                    lambda state: state.get("status") == "ALIVE", deadline, timeout, "ALIVE"
+                )
+                return
+            except _PortInUseError as exc:
+                if attempt == _PORT_ATTEMPTS or not self._picked_ports.get(exc.service):
+                    raise
+                log.info("%s; picking other ports", exc)
+                self._kill_all()
+                taken = frozenset({self.master_port, self.webui_port})
+                if self._picked_ports["sparkMaster"]:
+                    self.master_port = free_port(exclude=taken)
+                if self._picked_ports["MasterUI"]:
+                    self.webui_port = free_port(exclude=taken | {self.master_port})
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the cluster: SIGTERM to every process group, then SIGKILL after ``timeout``.
@@ -476,9 +510,10 @@ class StandaloneCluster:
                 port, what = None, f"a port of the {who}"
             where = f" {LOOPBACK}:{port}" if port is not None else ""
             hint = f" (see `ss -ltnp 'sport = :{port}'`)" if port is not None else ""
-            return SparkClusterError(
+            return _PortInUseError(
                 f"the Spark {who} cannot start: {what}{where} is already in use; stop whatever "
-                f"listens there{hint} or choose another port; log: {log_path}"
+                f"listens there{hint} or choose another port; log: {log_path}",
+                service,
             )
         return SparkClusterError(
             f"the Spark {who} exited during startup (status {returncode}): "

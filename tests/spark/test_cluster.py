@@ -47,6 +47,20 @@ def _start_time(pid: int) -> int | None:
     return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
+def _processes_mentioning(path: Path) -> list[int]:
+    """Live processes whose command line names ``path`` (a cluster's JVMs name its work dir)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(path).encode() in cmdline and _start_time(int(entry.name)) is not None:
+                found.append(int(entry.name))
+    return found
+
+
 def _task_identity(_: int) -> tuple[int, int, str, str]:
     """Runs in a Python worker: its pid, its executor JVM's pid, its Python and marshal_py."""
     import os
@@ -188,8 +202,24 @@ def test_busy_master_port_is_a_clear_error(tmp_path: Path) -> None:
             cluster.start(timeout=60)
     assert time.monotonic() - started < 30  # noticed the exit, did not wait out the timeout
     assert cluster.master_pid is None
-    assert not cluster.process_ids()
+    assert _processes_mentioning(tmp_path) == []
     assert (tmp_path / "master.log").is_file()  # kept for inspection
+
+
+def test_picked_ports_taken_meanwhile_are_picked_again(tmp_path: Path) -> None:
+    cluster = StandaloneCluster(workers=1, work_dir=tmp_path)
+    with socket.socket() as thief:
+        thief.bind(("127.0.0.1", cluster.webui_port))  # taken between picking and binding
+        thief.listen()
+        taken = cluster.webui_port
+        try:
+            cluster.start(timeout=120)
+            assert cluster.webui_port != taken
+            assert cluster.status()["status"] == "ALIVE"
+            assert len(_processes_mentioning(tmp_path)) == 2  # master and worker
+        finally:
+            cluster.stop()
+    assert _processes_mentioning(tmp_path) == []
 
 
 # The same script plays two parts: `stop` stops the cluster while the application still runs
