@@ -3,7 +3,8 @@
 ``spark``
     A ``local[2]`` SparkSession from :func:`marshal_py.spark.session.local_session` (driver on
     127.0.0.1, no UI, 4 shuffle partitions, Arrow on, quiet logs, Python workers on this
-    interpreter). Started on first use, shared by every test, stopped at the end of the run.
+    interpreter). Started on first use, shared by every test, stopped when the cluster session
+    starts or at the end of the run.
 ``spark_cluster``
     A :class:`marshal_py.spark.cluster.StandaloneCluster`: a master and 2 workers (1 core, 1g
     each) on 127.0.0.1, started on first use and stopped at the end of the run.
@@ -36,7 +37,9 @@ keeps its order). Consequently:
 * pytest-timeout counts fixture setup: the first test of each kind spends its first seconds
   starting Spark (see ``--durations``);
 * functions a job ships to executors may live in test modules: the repository root is on the
-  executors' Python path.
+  executors' Python path;
+* the sessions' JVMs run the C1 compiler only (quick to start, slower in long hot loops):
+  measure performance in bench/, not here.
 
 The fixtures are visible to tests under tests/spark only. They need the spark extra
 (``pip install marshal_py[spark]``, which bin/setup installs) and Java 17+.
@@ -106,6 +109,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     cluster = [item for item in ours if _uses_cluster(item)]
     for position, item in zip(positions, local + cluster, strict=True):
         items[position] = item
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Fail a test that asks for both sessions before either is set up (one would stop the
+    other)."""
+    names = getattr(item, "fixturenames", ())
+    if "spark" in names and "cluster_session" in names:
+        pytest.fail(
+            "a test cannot use both `spark` and `cluster_session`: pyspark allows one "
+            "SparkSession per process"
+        )
 
 
 def _uses_cluster(item: pytest.Item) -> bool:
@@ -201,11 +215,6 @@ def cluster_session(
 def _one_live_spark_session(request: pytest.FixtureRequest) -> None:
     """Fail clearly when a test would get a stopped SparkSession."""
     names = request.fixturenames
-    if "spark" in names and "cluster_session" in names:
-        pytest.fail(
-            "a test cannot use both `spark` and `cluster_session`: pyspark allows one "
-            "SparkSession per process"
-        )
     for name in ("spark", "cluster_session"):
         if name in names and _stopped(request.getfixturevalue(name)):
             pytest.fail(
