@@ -46,6 +46,7 @@ from marshal_py.admin.audit import (
     ShareRangeRow,
     ShareStateRow,
     StintRow,
+    topic_filter,
 )
 from marshal_py.admin.audit_local import AuditResult, Progress, prepare_output
 from marshal_py.protocol.messages import ResettingSharePartition
@@ -127,6 +128,7 @@ class _WideSink:
 
 
 def observe_bucket(partition_count: int, heartbeat_interval_ms: int,
+                   group: str | None = None, topic: str | None = None,
                    group_intervals: dict[str, int] | None = None) -> Callable[[Any], Any]:
     """applyInArrow function: one bucket's records through a fresh rationalizer."""
 
@@ -138,7 +140,7 @@ def observe_bucket(partition_count: int, heartbeat_interval_ms: int,
             heartbeat_interval_ms=heartbeat_interval_ms,
             group_heartbeat_intervals=dict(group_intervals or {})))
         sink = _WideSink()
-        observer = AuditObserver(rationalizer, sink)
+        observer = AuditObserver(rationalizer, sink, topic_filter(group, topic))
         rationalizer.observe(observer)
         cps = table.column("coordination_partition").to_pylist()
         offsets = table.column("offset").to_pylist()
@@ -194,8 +196,7 @@ def routing_columns(value: Any) -> tuple[Any, Any, Any, Any]:
     return kind, group, topic, partition
 
 
-def _bucketed(raw: DataFrame, group: str | None,
-              topic: str | None) -> tuple[DataFrame, DataFrame]:
+def _bucketed(raw: DataFrame) -> tuple[DataFrame, DataFrame]:
     """The records with their bucket columns, and the persisted routed records (unpersist
     them when done)."""
     from pyspark.sql import functions as F
@@ -203,14 +204,8 @@ def _bucketed(raw: DataFrame, group: str | None,
     kind, r_group, r_topic, r_partition = routing_columns(F.col("value"))
     routed = raw.select("*", kind.alias("r_kind"), r_group.alias("r_group"),
                         r_topic.alias("r_topic"), r_partition.alias("r_partition"))
-    if group is not None or topic is not None:
-        keep = F.col("r_kind") == GARBAGE
-        match = F.lit(True)
-        if group is not None:
-            match = match & (F.col("r_group") == group)
-        if topic is not None:
-            match = match & (F.col("r_topic") == topic)
-        routed = routed.filter(keep | match)
+    # No filtering here: a record whose fields look like another group's may not decode, and
+    # then it is counted as garbage like every undecodable record; the observer filters.
     routed = routed.persist()
     resets = (routed.filter(F.col("r_kind") == RESET).select("r_group", "r_topic").distinct()
               .withColumn("r_whole", F.lit(True)))
@@ -512,10 +507,11 @@ def run_spark_audit(
         for name, value in (kafka_options or {}).items():
             reader = reader.option(f"kafka.{name}", value)
         raw = reader.load()
-        buckets, routed = _bucketed(raw, group, topic)
+        buckets, routed = _bucketed(raw)
         observed = (buckets.groupBy("b_group", "b_topic", "b_partition",
                                     "coordination_partition")
-                    .applyInArrow(observe_bucket(partition_count, heartbeat_interval_ms),
+                    .applyInArrow(observe_bucket(partition_count, heartbeat_interval_ms,
+                                                 group, topic),
                                   spark_schema(WIDE_COLUMNS)))
         with _StageProgress(spark, progress), _settings(spark, _observe_settings(spark)):
             # Cut the lineage: later queries must not plan (list Kafka) or read the log again.

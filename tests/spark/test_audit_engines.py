@@ -22,6 +22,7 @@ from marshal_py.admin.audit import (
     OVERLAPPING_OWNERS,
     SHARE_ACCEPTED_TWICE,
     TABLES,
+    route,
     sorted_rows,
 )
 from marshal_py.admin.audit_generate import create_topic, generate, produce
@@ -51,6 +52,7 @@ HI = 10_000
 CP = 4
 T0 = 1_700_000_000_000
 ROOT = Path(__file__).resolve().parents[2]
+HANDMADE_RECORDS = 34
 
 
 def read_tables(output: Path) -> dict[str, list[tuple[Any, ...]]]:
@@ -71,11 +73,11 @@ def assert_same_tables(local: Path, spark: Path) -> dict[str, list[tuple[Any, ..
     return a
 
 
-def both(bootstrap: str, topic: str, tmp_path: Path, spark: SparkSession,
+def both(bootstrap: str, ctopic: str, tmp_path: Path, spark: SparkSession,
          **filters: str) -> tuple[AuditResult, AuditResult, dict[str, list[tuple[Any, ...]]]]:
-    local = run_local_audit(bootstrap, topic, heartbeat_interval_ms=HI,
+    local = run_local_audit(bootstrap, ctopic, heartbeat_interval_ms=HI,
                             output=tmp_path / "local", **filters)  # type: ignore[arg-type]
-    on_spark = run_spark_audit(bootstrap, topic, heartbeat_interval_ms=HI,
+    on_spark = run_spark_audit(bootstrap, ctopic, heartbeat_interval_ms=HI,
                                output=tmp_path / "spark", spark=spark,
                                **filters)  # type: ignore[arg-type]
     tables = assert_same_tables(tmp_path / "local", tmp_path / "spark")
@@ -85,7 +87,7 @@ def both(bootstrap: str, topic: str, tmp_path: Path, spark: SparkSession,
     return local, on_spark, tables
 
 
-def handmade(bootstrap: str, topic: str) -> None:
+def handmade(bootstrap: str, topic: str) -> int:
     """A log with every kind of record, three violations, garbage and a tombstone."""
     create_topic(bootstrap, topic, CP)
     g = "team.job"
@@ -108,11 +110,16 @@ def handmade(bootstrap: str, topic: str) -> None:
     put(80, Heartbeat(0, "aaaa0001", "w1", g, "events", 1, 9))              # not the owner
     put(2 * HI + 100, ClaimingPartition(0, "bbbb0002", "w2", g, "events", 0))  # takeover
     put(2 * HI + 110, ClaimingMessages(0, "bbbb0002", "w2", g, "events", 0, 150))  # AMO!
+    put(2 * HI + 115, Heartbeat(0, "bbbb0002", "w2", g, "events", 1, 10))
     put(2 * HI + 120, ClaimingPartition(0, "cccc0003", "w2", g, "events", 1))  # too soon
     put(2 * HI + 130, b"\x00garbage")
     put(2 * HI + 140, b"Heartbeat/9/0/a/b/c/events/0/1", cp=(home + 1) % CP)
     put(2 * HI + 150, None)
     put(2 * HI + 160, ClaimingPartition(0, "dddd0004", "w4", g, "events", 2), cp=(home + 2) % CP)
+    odd = "team/%2F%25"                                    # escaped: version 2 on the wire
+    put(2 * HI + 170, ClaimingPartition(0, "eeee0005", "w/5", odd, "events", 0))
+    put(2 * HI + 180, Heartbeat(0, "eeee0005", "w/5", odd, "events", 0, 3))
+    put(2 * HI + 190, MemberHeartbeat(0, "eeee0005", "w/5", odd, "events", 1))
     s = "jobs.workers"
     put(0, InitializingSharePartition(0, "aaaa0001", "w1", s, "jobs", 0, 0, 3, 50), queue)
     put(10, AcquiringRecords(0, "aaaa0001", "w1", s, "jobs", 0, "0-9", 30_000), queue)
@@ -128,15 +135,16 @@ def handmade(bootstrap: str, topic: str) -> None:
     producer = KafkaProducer(bootstrap_servers=bootstrap)
     for cp, ts, message in sorted(log, key=lambda e: (e[1], e[0])):
         value = message if message is None or isinstance(message, bytes) else encode(message)
-        producer.send(topic, value=value, partition=cp, timestamp_ms=ts)
+        producer.send(topic, key=b"k", value=value, partition=cp, timestamp_ms=ts)
     producer.flush()
     producer.close()
+    return len(log)
 
 
 @pytest.fixture(scope="module")
 def handmade_topic(kafka_bootstrap: str) -> Iterator[str]:
     topic = f"__audit-hand-{os.getpid()}-{int(time.time() * 1000)}"
-    handmade(kafka_bootstrap, topic)
+    assert handmade(kafka_bootstrap, topic) == HANDMADE_RECORDS
     yield topic
 
 
@@ -145,14 +153,39 @@ def test_engines_agree_on_a_handmade_log(kafka_bootstrap: str, handmade_topic: s
     local, _, tables = both(kafka_bootstrap, handmade_topic, tmp_path, spark)
     assert sorted(v[0] for v in tables["violations"]) == sorted(
         [AMO_RECONFIRMED, OVERLAPPING_OWNERS, SHARE_ACCEPTED_TWICE, SHARE_ACCEPTED_TWICE])
-    assert local.records == 33
+    assert local.records == HANDMADE_RECORDS
     coordination = {row[0]: row for row in tables["coordination"]}
     home = coordination_partition("events", CP)
     assert coordination[home][2] == 1 and coordination[home][5] == 1   # garbage, tombstone
     assert coordination[(home + 1) % CP][4] == 1                       # unknown version
     assert coordination[(home + 2) % CP][6] == 1                       # misplaced
     reasons = sorted(str(row[8]) for row in tables["ownership"])
-    assert reasons == ["open", "open", "open", "reclaimed", "released", "taken_over"]
+    assert reasons == ["open", "open", "open", "open", "reclaimed", "released", "taken_over"]
+
+
+def test_sql_routing_matches_the_python_route(kafka_bootstrap: str, handmade_topic: str,
+                                              spark: SparkSession) -> None:
+    from pyspark.sql import functions as F
+
+    from marshal_py.spark.audit import routing_columns
+    from marshal_py.spark.log_source import MarshalLogDataSource
+
+    spark.dataSource.register(MarshalLogDataSource)
+    raw = (spark.read.format("marshal_log").option("bootstrap.servers", kafka_bootstrap)
+           .option("topic", handmade_topic).load())
+    kind, group, topic, partition = routing_columns(F.col("value"))
+    rows = raw.select("coordination_partition", "value", kind.alias("k"), group.alias("g"),
+                      topic.alias("t"), partition.alias("p")).collect()
+    assert len(rows) == HANDMADE_RECORDS
+    checked = 0
+    for row in rows:
+        expected = route(row["value"], row["coordination_partition"], CP)
+        if expected.kind == "garbage":
+            continue
+        checked += 1
+        sql_kind = row["k"] if expected.kind != "misplaced" else "misplaced"
+        assert (sql_kind, row["g"], row["t"], row["p"]) == tuple(expected), row
+    assert checked == HANDMADE_RECORDS - 3  # garbage, unknown version, tombstone
 
 
 def test_engines_agree_with_filters(kafka_bootstrap: str, handmade_topic: str,
@@ -186,7 +219,7 @@ def test_the_spark_engine_from_the_command_line(kafka_bootstrap: str, handmade_t
         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "violations: 4" in result.stdout
-    assert "audited 33 coordination records" in result.stderr
+    assert f"audited {HANDMADE_RECORDS} coordination records" in result.stderr
     assert (tmp_path / "out" / "share_history").is_dir()
 
 
