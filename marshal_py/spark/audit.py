@@ -323,27 +323,30 @@ def _tables(obs: DataFrame) -> dict[str, DataFrame]:
     # -- share history ---------------------------------------------------------------------
     exploded = shares.select(*key, "position", "action", "epoch",
                              F.explode(F.sequence("first", "last")).alias("offset"))
-    grants = (exploded.filter(F.col("action") == "grant")
-              .groupBy(*key, "offset", "epoch")
-              .agg(F.count(F.lit(1)).cast("long").alias("n"),
-                   F.max("position").alias("lgp"))
-              .groupBy(*key, "offset")
-              .agg(F.sum("n").cast("long").alias("acquisitions"),
-                   F.max(F.struct("epoch", "n")).getField("n").alias("last_delivery_count"),
-                   F.max("lgp").alias("last_grant_position")))
-    acks = (exploded.filter(F.col("action") != "grant").groupBy(*key, "offset").agg(
-        count_if(F.col("action") == "accept").alias("accepts"),
-        count_if(F.col("action") == "release").alias("releases"),
-        count_if(F.col("action") == "reject").alias("rejects"),
-        F.max(F.when(F.col("action") == "accept", F.col("position")))
-        .alias("last_accept_position")))
+    act = F.col("action")
+    per_epoch = exploded.groupBy(*key, "offset", "epoch").agg(
+        count_if(act == "grant").alias("n"),
+        count_if(act == "accept").alias("accepts"),
+        count_if(act == "release").alias("releases"),
+        count_if(act == "reject").alias("rejects"),
+        F.max(F.when(act == "grant", F.col("position"))).alias("lgp"),
+        F.max(F.when(act == "accept", F.col("position"))).alias("lap"))
+    per_offset = per_epoch.groupBy(*key, "offset").agg(
+        F.sum("n").cast("long").alias("acquisitions"),
+        F.sum("accepts").cast("long").alias("accepts"),
+        F.sum("releases").cast("long").alias("releases"),
+        F.sum("rejects").cast("long").alias("rejects"),
+        F.max(F.when(F.col("n") > 0, F.struct("epoch", "n"))).getField("n")
+        .alias("last_delivery_count"),
+        F.max("lgp").alias("last_grant_position"),
+        F.max("lap").alias("last_accept_position"))
     bounds = states.groupBy(*key).agg(F.first("spso").alias("spso"),
                                       F.first("speo").alias("speo"))
     in_flight = states.filter(F.col("first").isNotNull()).select(
         *key, "state", F.explode(F.sequence("first", "last")).alias("offset"))
-    history = (grants.join(acks, [*key, "offset"], "left")
-               .join(bounds, key, "left")
-               .join(in_flight, [*key, "offset"], "left"))
+    history = (per_offset.filter(F.col("acquisitions") > 0)
+               .join(F.broadcast(bounds), key, "left")
+               .join(F.broadcast(in_flight), [*key, "offset"], "left"))
     final_state = (
         F.when(F.col("offset") >= F.col("speo"), F.lit("available"))
         .when(F.col("offset") >= F.col("spso"), F.coalesce(F.col("state"), F.lit("available")))
@@ -351,10 +354,7 @@ def _tables(obs: DataFrame) -> dict[str, DataFrame]:
               > F.col("last_grant_position"), F.lit("acknowledged"))
         .otherwise(F.lit("archived")))
     share_history = history.select(
-        *key, "offset", "acquisitions",
-        F.coalesce(F.col("accepts"), F.lit(0)).cast("long").alias("accepts"),
-        F.coalesce(F.col("releases"), F.lit(0)).cast("long").alias("releases"),
-        F.coalesce(F.col("rejects"), F.lit(0)).cast("long").alias("rejects"),
+        *key, "offset", "acquisitions", "accepts", "releases", "rejects",
         "last_delivery_count", final_state.alias("final_state"))
 
     # -- summary ---------------------------------------------------------------------------
