@@ -236,3 +236,11 @@ def test_a_million_generated_records_agree_between_engines(
           f"{local.seconds:.0f} s, Spark audit {on_spark.seconds:.0f} s")
     assert local.records == 1_000_000
     assert sum(row[3] for row in tables["summary"]) > 990_000  # type: ignore[misc]
+
+
+def test_engines_agree_on_a_standalone_cluster(kafka_bootstrap: str, handmade_topic: str,
+                                               tmp_path: Path,
+                                               cluster_session: SparkSession) -> None:
+    """Executors in processes of their own: the source and the per-domain rationalizers hold
+    no state on the driver."""
+    both(kafka_bootstrap, handmade_topic, tmp_path, cluster_session)
