@@ -59,6 +59,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: JVM heap of a local-mode audit session (Spark's default, 1g, is small for 10 M records).
+DRIVER_MEMORY = "4g"
+
 
 
 def spark_schema(spec: ColumnSpec) -> Any:
@@ -458,7 +461,11 @@ def _session(master: str) -> SparkSession:
 
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         return SparkSession.builder.master(master).appName("marshal-audit").getOrCreate()
-    return local_session("marshal-audit", master)
+    conf: dict[str, str] = {}
+    if master.startswith("local"):
+        # Local mode runs the executors in the driver's JVM: give the log room (it spills).
+        conf["spark.driver.memory"] = DRIVER_MEMORY
+    return local_session("marshal-audit", master, **conf)
 
 
 def run_spark_audit(
