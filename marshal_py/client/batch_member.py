@@ -325,6 +325,9 @@ class ShareBatchMember(_BackgroundMember):
         self._raise_background_error()
         del floors  # the share-partition state in the log is the only record of progress
         with self._lock:
+            # Read our own acceptances back first: they move the start offset (SPSO) and so
+            # make room under the in-flight limit.
+            self.engine.channel.catch_up()
             tps = sorted(self.source.end_offsets(self.engine.config.topics))
             if until is not None:
                 tps = [tp for tp in tps if tp in until]

@@ -288,3 +288,18 @@ def test_alo_query_killed_9_mid_run_then_restarted_from_its_checkpoint_loses_not
     assert second.returncode == 0, second.stderr[-3000:]
     seen = Counter((p, o) for path in out.glob("*.json") for p, o in json.loads(path.read_text()))
     assert set(produced) <= set(seen), f"{len(set(produced) - set(seen))} records lost"
+
+
+def test_share_available_now_reads_past_the_in_flight_limit(
+        marshal_spark: SparkSession, world: Cluster, tmp_path: Path) -> None:
+    # 4 partitions x at most 100 records in flight each: 2,000 records need several batches,
+    # each made possible by the previous batch's acceptances.
+    produced = world.producer.send(2000)
+    Query(marshal_spark, world, tmp_path, 1, mode="share",
+          options={"inflight.limit": "100"}).wait()
+    batches_run = batches(tmp_path / "out", 1)
+    seen = Counter(offsets_of(all_rows(tmp_path / "out")))
+    assert set(seen) == set(produced)
+    assert max(seen.values()) == 1
+    assert len(batches_run) >= 5
+    assert max(len(rows) for rows in batches_run.values()) <= 400
