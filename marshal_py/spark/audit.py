@@ -363,10 +363,13 @@ def _tables(obs: DataFrame) -> dict[str, DataFrame]:
     # -- summary ---------------------------------------------------------------------------
     gt = ["group", "topic"]
     named = rec.filter(F.col("group").isNotNull())
-    per_topic = named.groupBy(*gt).agg(
-        F.count(F.lit(1)).cast("long").alias("records"),
-        F.countDistinct(F.when(F.col("partition").isNotNull() & (v != "misplaced"),
-                               F.col("partition"))).cast("long").alias("partitions"))
+    # Two plain aggregations, not countDistinct (which expands every row of the log).
+    per_partition = named.groupBy(*gt, "partition").agg(
+        F.count(F.lit(1)).cast("long").alias("n"),
+        count_if(v != "misplaced").alias("placed"))
+    per_topic = per_partition.groupBy(*gt).agg(
+        F.sum("n").cast("long").alias("records"),
+        count_if(F.col("partition").isNotNull() & (F.col("placed") > 0)).alias("partitions"))
     owners = stints.groupBy(*gt).agg(
         F.countDistinct("client_id", "instance_id").cast("long").alias("owners"),
         count_if(F.col("end_reason") == "taken_over").alias("takeovers"))
