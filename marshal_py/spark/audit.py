@@ -488,7 +488,8 @@ def run_spark_audit(
 ) -> AuditResult:
     """Audit the coordination log on Spark and write the tables (``output``, Parquet).
 
-    Uses ``spark`` if given (it is left running), else starts a session on ``master`` and
+    Uses ``spark`` if given, else the active session of this process if there is one (both
+    are left running; ``master`` is then not used), else starts a session on ``master`` and
     stops it at the end.
     """
     from marshal_py.admin.audit_local import open_log
@@ -500,9 +501,13 @@ def run_spark_audit(
     # The checks (broker, topic) and the partition count, with the local engine's errors.
     with open_log(bootstrap_servers, coordination_topic, timeout_s) as klog:
         partition_count = klog.partition_count()
-    own_session = spark is None
+    own_session = False
     if spark is None:
-        spark = _session(master)
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()  # a notebook's or a caller's: keep it
+        if spark is None:
+            spark, own_session = _session(master), True
     try:
         spark.dataSource.register(MarshalLogDataSource)
         reader = (spark.read.format("marshal_log")

@@ -6,8 +6,6 @@ agrees between engines"."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -208,19 +206,21 @@ def test_engines_agree_on_generated_traffic(kafka_bootstrap: str, tmp_path: Path
 
 
 def test_the_spark_engine_from_the_command_line(kafka_bootstrap: str, handmade_topic: str,
-                                                tmp_path: Path) -> None:
-    code = ("from marshal_py.cli import main\n"
-            "from marshal_py.admin.audit_command import audit\n"
-            "main.add_command(audit)\nmain()\n")
-    result = subprocess.run(
-        [sys.executable, "-c", code, "audit", "--engine", "spark", "--master", "local[1]",
-         "--bootstrap-servers", kafka_bootstrap, "--coordination-topic", handmade_topic,
-         "--output", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
+                                                tmp_path: Path, spark: SparkSession) -> None:
+    """In this process, so the command uses the test session (as it would a notebook's)."""
+    from click.testing import CliRunner
+
+    from marshal_py.admin.audit_command import audit
+
+    result = CliRunner().invoke(audit, [
+        "--engine", "spark", "--bootstrap-servers", kafka_bootstrap,
+        "--coordination-topic", handmade_topic, "--output", str(tmp_path / "out")])
+    assert result.exit_code == 0, (result.output, result.stderr)
     assert "violations: 4" in result.stdout
     assert f"audited {HANDMADE_RECORDS} coordination records" in result.stderr
+    assert "spark engine" in result.stderr
     assert (tmp_path / "out" / "share_history").is_dir()
+    assert not spark.sparkContext._jsc.sc().isStopped()  # type: ignore[union-attr]
 
 
 #: Records of the large agreement test. bin/test uses 200,000 to keep the suite within its
