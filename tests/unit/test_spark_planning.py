@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marshal_py.client.batch_member import PlannedRange, share_budget
@@ -101,6 +101,7 @@ def test_split_ranges_honours_min_tasks() -> None:
     assert spans(tasks) == [[(0, 0, 25)], [(0, 25, 50)], [(0, 50, 75)], [(0, 75, 100)]]
 
 
+@settings(deadline=None)  # up to 3,000 offsets counted per example: slow on a busy machine
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1000), st.integers(0, 500)),
                 max_size=6),
        st.integers(1, 300), st.one_of(st.none(), st.integers(1, 20)))
@@ -115,6 +116,7 @@ def test_split_ranges_covers_every_offset_once(spec: list[tuple[int, int, int]],
     assert all(0 < t.size <= limit for t in tasks)
 
 
+@settings(deadline=None)
 @given(st.dictionaries(st.tuples(st.just("t"), st.integers(0, 20)), st.integers(-5, 1000),
                        max_size=12),
        st.one_of(st.none(), st.integers(0, 5000)))
