@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import importlib.util
 import inspect
 import json
@@ -44,12 +43,10 @@ import os
 import platform
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +55,7 @@ from typing import Any, TypeVar, cast
 import kafka
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
+from bench.cli_process import CliProcess
 from marshal_py import Consumer, Marshaler
 from marshal_py.client import BrokerClock
 from marshal_py.client.engine_types import Mode
@@ -69,8 +67,6 @@ PARTITIONS = 12
 MEMBERS = 3
 POLL_S = 0.05
 RECORD_BYTES = 100
-ROOT = Path(__file__).resolve().parent.parent
-_PR_SET_PDEATHSIG = 1
 
 T = TypeVar("T")
 
@@ -145,98 +141,39 @@ def crc32c_kind() -> str:
     return "C: crc32c extension"
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """A preexec_fn that makes a child get SIGKILL when this process dies (Linux), or None."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-    sigkill = int(signal.SIGKILL)
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
-
-
 # -- 1. failover after kill -9 ------------------------------------------------------------------
 
 
-class Member:
+class Member(CliProcess):
     """One ``marshal consume --print`` process; remembers when each record value was printed."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, client_id: str) -> None:
         self.client_id = client_id
-        command = [
-            sys.executable, "-m", "marshal_py.cli", "consume",
-            "--bootstrap-servers", bootstrap, "--group", group, "--topic", topic,
-            "--mode", "alo", "--client-id", client_id, "--heartbeat-interval", str(HI_S),
-            "--offset-reset", "earliest", "--print",
-        ]
-        self.proc = subprocess.Popen(
-            command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            preexec_fn=_die_with_parent(),
-        )
         self.joined = threading.Event()
-        self.killed = False
         self._printed: dict[str, float] = {}
         self._lock = threading.Lock()
-        self._stderr: deque[str] = deque(maxlen=20)
-        for target in (self._read_stdout, self._read_stderr):
-            threading.Thread(target=target, daemon=True, name=f"{client_id}-reader").start()
+        super().__init__(client_id, [
+            "consume", "--bootstrap-servers", bootstrap, "--group", group, "--topic", topic,
+            "--mode", "alo", "--client-id", client_id, "--heartbeat-interval", str(HI_S),
+            "--offset-reset", "earliest", "--print",
+        ])
 
-    def _read_stdout(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            at = time.monotonic()
-            try:
-                value = json.loads(raw).get("value")
-            except ValueError:
-                continue
-            if isinstance(value, str):
-                with self._lock:
-                    self._printed.setdefault(value, at)
+    def on_stdout(self, raw: bytes, at: float) -> None:
+        try:
+            value = json.loads(raw).get("value")
+        except ValueError:
+            return
+        if isinstance(value, str):
+            with self._lock:
+                self._printed.setdefault(value, at)
 
-    def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for raw in self.proc.stderr:
-            line = raw.decode("utf-8", "replace").rstrip()
-            self._stderr.append(line)
-            if line.startswith(f"marshal consume: member {self.client_id} "):
-                self.joined.set()
+    def on_stderr(self, line: str) -> None:
+        if line.startswith(f"marshal consume: member {self.client_id} "):
+            self.joined.set()
 
     def printed_at(self, value: str) -> float | None:
         with self._lock:
             return self._printed.get(value)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stderr_tail(self) -> str:
-        return " | ".join(list(self._stderr)[-5:]) or "no output"
-
-    def kill9(self) -> None:
-        self.killed = True
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.proc.pid, signal.SIGKILL)
-
-    def stop(self, timeout_s: float = 15.0) -> None:
-        """SIGTERM (commit and release), then SIGKILL if it does not exit in time."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
 
 
 @contextlib.contextmanager

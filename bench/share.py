@@ -69,10 +69,9 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
+from bench.cli_process import ROOT, CliProcess
 from bench.consumer import (
-    ROOT,
     BenchError,
-    _die_with_parent,
     load,
     machine_line,
     median_range,
@@ -80,6 +79,7 @@ from bench.consumer import (
     wait_for,
 )
 from marshal_py.devbroker import DevBroker
+from marshal_py.jvm import die_with_parent
 from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
 from marshal_py.protocol import coordination_partition, format_ranges, parse_ranges, ranges_of
 from marshal_py.world import Rationalizer, RationalizerConfig
@@ -205,7 +205,7 @@ class Worker:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.share", "--worker"], cwd=ROOT,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_die_with_parent(),
+            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=die_with_parent(os.getpid()),
         )
         self.messages: queue.Queue[dict[str, Any]] = queue.Queue()
         self._stderr: deque[str] = deque(maxlen=20)
@@ -368,67 +368,29 @@ def busy_between(before: tuple[int, int] | None, after: tuple[int, int] | None) 
 # -- one run --------------------------------------------------------------------------------------
 
 
-class CliMember:
+class CliMember(CliProcess):
     """A ``marshal consume --mode share --print`` process; collects the offsets it prints."""
 
     def __init__(self, bootstrap: str, coordination_topic: str, group: str, topic: str,
                  client_id: str, heartbeat_interval_s: float) -> None:
-        self.name = client_id
-        command = [
-            sys.executable, "-m", "marshal_py.cli", "consume", "--bootstrap-servers", bootstrap,
+        self.offsets: list[int] = []
+        self.redelivered = 0
+        super().__init__(client_id, [
+            "consume", "--bootstrap-servers", bootstrap,
             "--coordination-topic", coordination_topic, "--group", group, "--topic", topic,
             "--mode", "share", "--client-id", client_id,
             "--heartbeat-interval", f"{heartbeat_interval_s:g}", "--offset-reset", "earliest",
             "--batch-size", str(BATCH_SIZE), "--print",
-        ]
-        self.proc = subprocess.Popen(
-            command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            preexec_fn=_die_with_parent(),
-        )
-        self.offsets: list[int] = []
-        self.redelivered = 0
-        self._stderr: deque[str] = deque(maxlen=20)
-        self._readers = [threading.Thread(target=t, daemon=True, name=f"{client_id}-reader")
-                         for t in (self._read_stdout, self._read_stderr)]
-        for reader in self._readers:
-            reader.start()
+        ])
 
-    def _read_stdout(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            try:
-                printed = json.loads(raw)
-            except ValueError:
-                continue
-            self.offsets.append(int(printed["offset"]))
-            if printed.get("delivery_count", 1) > 1:
-                self.redelivered += 1
-
-    def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for raw in self.proc.stderr:
-            self._stderr.append(raw.decode("utf-8", "replace").rstrip())
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stderr_tail(self) -> str:
-        return " | ".join(list(self._stderr)[-5:]) or "no output"
-
-    def stop(self, timeout_s: float = 15.0) -> None:
-        """SIGTERM (release and leave), then SIGKILL if it does not exit in time."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
-        for reader in self._readers:  # everything printed has been read
-            reader.join(timeout=10)
+    def on_stdout(self, raw: bytes, at: float) -> None:
+        try:
+            printed = json.loads(raw)
+        except ValueError:
+            return
+        self.offsets.append(int(printed["offset"]))
+        if printed.get("delivery_count", 1) > 1:
+            self.redelivered += 1
 
     def summary(self) -> dict[str, Any]:
         distinct = sorted(set(self.offsets))

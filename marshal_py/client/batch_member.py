@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from marshal_py.client.coordinator import CoordinationThread
 from marshal_py.client.engine import MemberEngine
 from marshal_py.client.share_engine import ShareEngine
 from marshal_py.client.source import KafkaPartitionSource
-from marshal_py.errors import ClientIdInUseError, MarshalError
 
 if TYPE_CHECKING:
     from marshal_py.client.marshaler import Marshaler
@@ -85,38 +85,18 @@ class _BackgroundMember:
                  tick_interval_s: float) -> None:
         self._marshaler = marshaler
         self._lock = marshaler._lock
-        self._tick = tick
         self._close_engine = close
-        self._tick_interval_s = tick_interval_s
         self._stop = threading.Event()
-        self._ticked = threading.Condition()
-        self._ticks = 0
         self._error: BaseException | None = None
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="marshal-batch-member",
-                                        daemon=True)
+        self._thread = CoordinationThread(
+            name="marshal-batch-member", lock=self._lock, step=tick, stop=self._stop,
+            interval_s=tick_interval_s, is_closed=lambda: self._closed,
+            on_fatal=self._set_error)
         self._thread.start()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                with self._lock:
-                    if self._closed:
-                        return
-                    self._tick()
-            except ClientIdInUseError as exc:
-                self._error = exc
-                self._stop.set()
-            except MarshalError as exc:
-                log.warning("coordination step failed (will retry): %s", exc)
-            except Exception as exc:
-                log.exception("coordination thread failed")
-                self._error = exc
-                self._stop.set()
-            with self._ticked:
-                self._ticks += 1
-                self._ticked.notify_all()
-            self._stop.wait(self._tick_interval_s)
+    def _set_error(self, exc: BaseException) -> None:
+        self._error = exc
 
     def _raise_background_error(self) -> None:
         if self._error is not None:
@@ -124,14 +104,7 @@ class _BackgroundMember:
 
     def wait_ticks(self, count: int, timeout_s: float) -> None:
         """Wait until the background thread has run ``count`` more steps."""
-        deadline = time.monotonic() + timeout_s
-        with self._ticked:
-            goal = self._ticks + count
-            while self._ticks < goal and not self._stop.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._ticked.wait(left)
+        self._thread.wait_ticks(count, timeout_s)
         self._raise_background_error()
 
     def close(self) -> None:
@@ -139,7 +112,7 @@ class _BackgroundMember:
         if self._closed:
             return
         self._stop.set()
-        self._thread.join(timeout=30)
+        self._thread.join()
         with self._lock:
             self._closed = True
             try:

@@ -9,7 +9,6 @@ out each record.
 from __future__ import annotations
 
 import logging
-import threading
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -17,9 +16,10 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
 
+from marshal_py.client.coordinator import CoordinationThread
 from marshal_py.client.delivery import DeliveryLoop
 from marshal_py.client.engine import MemberEngine
-from marshal_py.errors import BrokerUnavailableError, ClientIdInUseError, MarshalError
+from marshal_py.errors import BrokerUnavailableError
 from marshal_py.log.kafka import KafkaLogConfig
 
 if TYPE_CHECKING:
@@ -69,32 +69,17 @@ class Consumer(DeliveryLoop[ConsumerRecord]):
         # are applied by the coordination thread right before it heartbeats.
         self._pending_commits: deque[tuple[str, int, int, int | None]] = deque()
         self._buffer: deque[tuple[ConsumerRecord, int]] = deque()
-        self._thread = threading.Thread(target=self._run, name="marshal-coordinator",
-                                        daemon=True)
+        self._thread = CoordinationThread(
+            name="marshal-coordinator", lock=self._lock, step=self._step, stop=self._stop,
+            interval_s=tick_interval_s, is_closed=lambda: self._closed,
+            on_fatal=self._set_error)
         self._thread.start()
 
     # -- background coordination --------------------------------------------------------------
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                with self._lock:
-                    if self._closed:
-                        return
-                    self._apply_commits()
-                    self._engine.tick()
-            except ClientIdInUseError as exc:
-                self._error = exc
-                self._stop.set()
-                return
-            except MarshalError as exc:
-                log.warning("coordination step failed (will retry): %s", exc)
-            except Exception as exc:  # keep the member alive; report it to the iterator
-                log.exception("coordination thread failed")
-                self._error = exc
-                self._stop.set()
-                return
-            self._stop.wait(self._tick_interval_s)
+    def _step(self) -> None:
+        self._apply_commits()
+        self._engine.tick()
 
     # -- fetching -------------------------------------------------------------------------------
 
@@ -154,13 +139,7 @@ class Consumer(DeliveryLoop[ConsumerRecord]):
         self._raise_background_error()
         if not self._buffer and not self._closed:
             self._fetch(timeout_s)
-        out: list[ConsumerRecord] = []
-        while len(out) < max_records:
-            record = self._next_buffered()
-            if record is None:
-                break
-            out.append(record)
-        return out
+        return self._drain(max_records)
 
     def _next_buffered(self) -> ConsumerRecord | None:
         while self._buffer:
@@ -207,7 +186,7 @@ class Consumer(DeliveryLoop[ConsumerRecord]):
         if self._closed:
             return
         self._stop.set()
-        self._thread.join(timeout=30)
+        self._thread.join()
         with self._lock:
             self._closed = True
             try:

@@ -31,6 +31,20 @@ class DeliveryLoop(Generic[R]):
     def close(self) -> None:
         raise NotImplementedError
 
+    def _drain(self, max_records: int) -> list[R]:
+        """Up to ``max_records`` buffered records that may be handed out now."""
+        out: list[R] = []
+        while len(out) < max_records:
+            record = self._next_buffered()
+            if record is None:
+                break
+            out.append(record)
+        return out
+
+    def _set_error(self, exc: BaseException) -> None:
+        """Report a fatal error of the coordination thread to the iterating thread."""
+        self._error = exc
+
     def _raise_background_error(self) -> None:
         if self._error is not None:
             error, self._error = self._error, None

@@ -10,7 +10,6 @@ with a kafka-python consumer and hands them out, each with its delivery count.
 from __future__ import annotations
 
 import logging
-import threading
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
+from marshal_py.client.coordinator import CoordinationThread
 from marshal_py.client.delivery import DeliveryLoop
 from marshal_py.client.share_engine import ShareEngine
 from marshal_py.errors import BrokerUnavailableError, ConfigurationError, MarshalError
@@ -87,27 +87,17 @@ class ShareConsumer(DeliveryLoop[ShareRecord]):
         self._to_fetch: dict[TP, dict[int, int]] = {}  # acquired, not fetched: offset -> count
         self._buffer: deque[ShareRecord] = deque()
         self._unacked: dict[tuple[TP, int], ShareRecord] = {}
-        self._thread = threading.Thread(target=self._run, name="marshal-share", daemon=True)
+        self._thread = CoordinationThread(
+            name="marshal-share", lock=self._lock, step=self._step, stop=self._stop,
+            interval_s=tick_interval_s, is_closed=lambda: self._closed,
+            on_fatal=self._set_error)
         self._thread.start()
 
     # -- background: membership, renewals, acknowledgements, pre-claiming -----------------------
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                with self._lock:
-                    if self._closed:
-                        return
-                    self._engine.tick()
-                    self._preclaim()
-            except MarshalError as exc:
-                log.warning("share coordination step failed (will retry): %s", exc)
-            except Exception as exc:  # report to the iterating thread
-                log.exception("share coordination thread failed")
-                self._error = exc
-                self._stop.set()
-                return
-            self._stop.wait(self._tick_interval_s)
+    def _step(self) -> None:
+        self._engine.tick()
+        self._preclaim()
 
     def _preclaim(self) -> None:
         """Keep a batch per partition acquired ahead of the application (call with the lock
@@ -196,13 +186,7 @@ class ShareConsumer(DeliveryLoop[ShareRecord]):
         self._settle_previous_batch()
         if not self._buffer and not self._closed:
             self._fetch(timeout_s)
-        out: list[ShareRecord] = []
-        while len(out) < max_records:
-            record = self._next_buffered()
-            if record is None:
-                break
-            out.append(record)
-        return out
+        return self._drain(max_records)
 
     def _next_buffered(self) -> ShareRecord | None:
         while self._buffer:
@@ -264,7 +248,7 @@ class ShareConsumer(DeliveryLoop[ShareRecord]):
         if self._closed:
             return
         self._stop.set()
-        self._thread.join(timeout=30)
+        self._thread.join()
         with self._lock:
             self._closed = True
             try:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import ctypes
 import errno
 import logging
 import os
@@ -24,29 +23,24 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+from marshal_py import jvm
 from marshal_py.devbroker.jars import KAFKA_VERSION, resolve_kafka_jars
 from marshal_py.errors import DevBrokerError
+from marshal_py.jvm import die_with_parent, free_port
 
 log = logging.getLogger(__name__)
 
-HOST = "127.0.0.1"
+HOST = jvm.LOOPBACK
 """The only interface the development broker listens on."""
-
-MIN_JAVA_VERSION = 17
-"""Oldest Java major version the Kafka 4.x broker runs on."""
 
 FORMAT_TIMEOUT_S = 120.0
 """Longest the storage format step may take."""
 
-_PR_SET_PDEATHSIG = 1
-_JAVA_VERSION_RE = re.compile(r'version "([^"]+)"')
 _BIND_FAILURE_RE = re.compile(r"failed to bind to ([^\s:]+):(\d+): Address already in use")
 _LOG_LINE_RE = re.compile(r"^\[\d{4}-\d\d-\d\d [^\]]*\] (?P<level>[A-Z]+) (?P<message>.*)$")
 _MAX_QUOTE = 300
@@ -86,84 +80,9 @@ logger.request.level = WARN
 
 
 def find_java() -> tuple[str, int]:
-    """Return the ``java`` executable to use and its major version.
-
-    ``$JAVA_HOME/bin/java`` when it exists, else ``java`` on ``PATH``.
-
-    Raises:
-        DevBrokerError: no Java is found, ``java -version`` fails, or the Java is older than
-            :data:`MIN_JAVA_VERSION`.
-    """
-    java: str | None = None
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home:
-        candidate = Path(java_home) / "bin" / "java"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            java = str(candidate)
-    if java is None:
-        java = shutil.which("java")
-    if java is None:
-        raise DevBrokerError(
-            f"Java is not installed (no java on PATH, JAVA_HOME unset or without bin/java); "
-            f"the Kafka {KAFKA_VERSION} broker needs Java {MIN_JAVA_VERSION} or newer: install "
-            "a JDK (e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME"
-        )
-    try:
-        result = subprocess.run(
-            [java, "-version"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise DevBrokerError(
-            f"cannot run `{java} -version` ({exc}); reinstall Java {MIN_JAVA_VERSION} or newer "
-            "or point JAVA_HOME at a working one"
-        ) from exc
-    output = result.stderr + result.stdout
-    major = parse_java_major_version(output)
-    if result.returncode != 0 or major is None:
-        first = output.strip().splitlines()[0] if output.strip() else "no output"
-        raise DevBrokerError(
-            f"cannot tell the version of {java} (`java -version` said: {first[:_MAX_QUOTE]}); "
-            f"install Java {MIN_JAVA_VERSION} or newer or point JAVA_HOME at one"
-        )
-    if major < MIN_JAVA_VERSION:
-        raise DevBrokerError(
-            f"{java} is Java {major}, but the Kafka {KAFKA_VERSION} broker needs Java "
-            f"{MIN_JAVA_VERSION} or newer: install one (e.g. `apt-get install "
-            "openjdk-17-jre-headless`) and put it first on PATH or set JAVA_HOME"
-        )
-    return java, major
-
-
-def parse_java_major_version(output: str) -> int | None:
-    """Return the major version in ``java -version`` output (``1.8.0_292`` gives 8)."""
-    match = _JAVA_VERSION_RE.search(output)
-    if match is None:
-        return None
-    parts = re.split(r"[.\-+_]", match.group(1))
-    try:
-        major = int(parts[0])
-        if major == 1 and len(parts) > 1:
-            major = int(parts[1])
-    except ValueError:
-        return None
-    return major
-
-
-def free_port(exclude: frozenset[int] = frozenset()) -> int:
-    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((HOST, 0))
-            port: int = sock.getsockname()[1]
-        if port not in exclude:
-            return port
-    raise DevBrokerError("cannot find a free TCP port on 127.0.0.1; free some ports and retry")
+    """The ``java`` to run the broker with and its major version (see
+    :func:`marshal_py.jvm.find_java`); raises :class:`DevBrokerError`."""
+    return jvm.find_java(f"the Kafka {KAFKA_VERSION} broker", DevBrokerError)
 
 
 def new_cluster_id() -> str:
@@ -203,25 +122,6 @@ def _check_port_free(port: int, what: str) -> None:
             f"{what} {HOST}:{port} is already in use: stop whatever listens there "
             f"(see `ss -ltnp 'sport = :{port}'`) or choose another port"
         )
-
-
-def _make_preexec(parent_pid: int) -> Callable[[], None] | None:
-    """Return a preexec_fn that makes the child die with its parent (Linux), or None."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        return None
-    sigkill = int(signal.SIGKILL)
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
 
 
 class DevBroker:
@@ -498,7 +398,7 @@ class DevBroker:
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    preexec_fn=_make_preexec(os.getpid()),
+                    preexec_fn=die_with_parent(os.getpid()),
                 )
         except OSError as exc:
             raise DevBrokerError(

@@ -40,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from marshal_py.devbroker.broker import _make_preexec, free_port
+from marshal_py.jvm import die_with_parent, free_port
 from marshal_py.spark.session import LOOPBACK, SparkError, find_java, spark_home
 
 log = logging.getLogger(__name__)
@@ -445,7 +445,7 @@ class StandaloneCluster:
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # its own process group, which executors join
-                    preexec_fn=_make_preexec(os.getpid()),
+                    preexec_fn=die_with_parent(os.getpid()),
                 )
         except OSError as exc:
             raise SparkClusterError(

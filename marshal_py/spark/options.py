@@ -10,10 +10,10 @@ every client, e.g. ``kafka.security_protocol``.
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from marshal_py.errors import ConfigurationError
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLogConfig
@@ -186,32 +186,36 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
 
 def _number(get: Any, name: str, default: float, *, minimum: float,
             maximum: float | None = None) -> float:
-    text = get(name)
-    if text is None:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigurationError(f"option {name!r} must be a number, not {text!r}") from None
-    if value < minimum or (maximum is not None and value > maximum):
-        bounds = f">= {minimum:g}" if maximum is None else f"between {minimum:g} and {maximum:g}"
-        raise ConfigurationError(f"option {name!r} must be {bounds}, not {text}")
-    return value
+    return _bounded(get, name, default, float, "a number", minimum, maximum)
 
 
 def _integer(get: Any, name: str, default: int | None, *, minimum: int,
              maximum: int | None = None) -> int | None:
+    return _bounded(get, name, default, int, "an integer", minimum, maximum)
+
+
+N = TypeVar("N", int, float)
+D = TypeVar("D")
+
+
+def _bounded(get: Any, name: str, default: D, parse: Callable[[str], N], kind: str,
+             minimum: N, maximum: N | None) -> N | D:
     text = get(name)
     if text is None:
         return default
     try:
-        value = int(text)
+        value = parse(text)
     except ValueError:
-        raise ConfigurationError(f"option {name!r} must be an integer, not {text!r}") from None
+        raise ConfigurationError(f"option {name!r} must be {kind}, not {text!r}") from None
     if value < minimum or (maximum is not None and value > maximum):
-        bounds = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        bounds = (f">= {_show(minimum)}" if maximum is None
+                  else f"between {_show(minimum)} and {_show(maximum)}")
         raise ConfigurationError(f"option {name!r} must be {bounds}, not {text}")
     return value
+
+
+def _show(bound: float) -> str:
+    return f"{bound:g}" if isinstance(bound, float) else str(bound)
 
 
 def _boolean(get: Any, name: str, default: bool) -> bool:

@@ -21,16 +21,16 @@ import contextlib
 import functools
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from marshal_py.devbroker.broker import parse_java_major_version
+from marshal_py import jvm
 from marshal_py.devbroker.jars import default_cache_dir
 from marshal_py.errors import MarshalError
+from marshal_py.jvm import LOOPBACK, MIN_JAVA_VERSION
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,12 +47,6 @@ __all__ = [
     "spark_home",
 ]
 
-LOOPBACK = "127.0.0.1"
-"""The only interface the driver (and :class:`~marshal_py.spark.cluster.StandaloneCluster`)
-listens on."""
-
-MIN_JAVA_VERSION = 17
-"""Oldest Java major version Spark 4 runs on."""
 
 INSTALL_HINT = "pip install marshal_py[spark]"
 
@@ -129,67 +123,9 @@ def spark_home() -> Path:
 
 
 def find_java() -> tuple[str, int]:
-    """Return the ``java`` executable Spark will run and its major version.
-
-    ``$JAVA_HOME/bin/java`` when ``JAVA_HOME`` is set (as Spark's launcher does), else ``java``
-    on ``PATH``.
-
-    Raises:
-        SparkUnavailableError: no Java, ``java -version`` fails, or the Java is older than
-            :data:`MIN_JAVA_VERSION`.
-    """
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home:
-        java = str(Path(java_home) / "bin" / "java")
-        if not os.access(java, os.X_OK):
-            raise SparkUnavailableError(
-                f"JAVA_HOME is {java_home}, which has no bin/java; Spark needs Java "
-                f"{MIN_JAVA_VERSION} or newer: point JAVA_HOME at a JDK or unset it"
-            )
-    else:
-        found = shutil.which("java")
-        if found is None:
-            raise SparkUnavailableError(
-                f"Java is not installed (no java on PATH, JAVA_HOME unset); Spark needs Java "
-                f"{MIN_JAVA_VERSION} or newer: install a JDK (e.g. `apt-get install "
-                "openjdk-17-jre-headless`) or set JAVA_HOME"
-            )
-        java = found
-    major = _java_major_version(java)
-    if major < MIN_JAVA_VERSION:
-        raise SparkUnavailableError(
-            f"{java} is Java {major}, but Spark needs Java {MIN_JAVA_VERSION} or newer: install "
-            "one and put it first on PATH or set JAVA_HOME"
-        )
-    return java, major
-
-
-@functools.lru_cache(maxsize=8)
-def _java_major_version(java: str) -> int:
-    try:
-        result = subprocess.run(
-            [java, "-version"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SparkUnavailableError(
-            f"cannot run `{java} -version` ({exc}); reinstall Java {MIN_JAVA_VERSION} or newer "
-            "or point JAVA_HOME at a working one"
-        ) from exc
-    output = result.stderr + result.stdout
-    major = parse_java_major_version(output)
-    if result.returncode != 0 or major is None:
-        first = output.strip().splitlines()[0][:300] if output.strip() else "no output"
-        raise SparkUnavailableError(
-            f"cannot tell the version of {java} (`java -version` said: {first}); install Java "
-            f"{MIN_JAVA_VERSION} or newer or point JAVA_HOME at one"
-        )
-    return major
+    """The ``java`` Spark will run and its major version (see :func:`marshal_py.jvm.find_java`);
+    raises :class:`SparkUnavailableError`."""
+    return jvm.find_java("Spark", SparkUnavailableError)
 
 
 @functools.cache

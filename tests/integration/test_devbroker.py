@@ -26,6 +26,7 @@ from click.testing import CliRunner
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
+from marshal_py import jvm
 from marshal_py.devbroker import (
     KAFKA_VERSION,
     DevBroker,
@@ -320,7 +321,7 @@ def test_java_older_than_17(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     ],
 )
 def test_java_version_parsing(output: str, major: int | None) -> None:
-    assert broker_module.parse_java_major_version(output) == major
+    assert jvm.parse_java_major_version(output) == major
 
 
 def test_missing_maven(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

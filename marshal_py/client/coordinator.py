@@ -1,0 +1,88 @@
+"""The background thread that keeps a member alive: one coordination step every tick.
+
+Every kind of member (:class:`~marshal_py.client.consumer.Consumer`,
+:class:`~marshal_py.client.share_consumer.ShareConsumer`, the batch members of the Spark
+source) runs the same loop: take the marshaler's lock, run one step of its engine (claims,
+heartbeats, balance, lock renewals), sleep a tick, until told to stop. What differs is the
+step, so that is the only thing an owner passes in.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from marshal_py.errors import ClientIdInUseError, MarshalError
+
+log = logging.getLogger(__name__)
+
+
+class CoordinationThread:
+    """Runs ``step`` under ``lock`` every ``interval_s`` seconds until ``stop`` is set.
+
+    A :class:`~marshal_py.errors.MarshalError` from a step (a broker hiccup) is logged and the
+    step retried at the next tick. :class:`~marshal_py.errors.ClientIdInUseError` and any
+    unexpected exception are fatal: they are handed to ``on_fatal`` (the owner re-raises them
+    in the application's thread) and ``stop`` is set. ``is_closed`` is checked under the lock
+    before each step, so a step never runs on an engine that was closed meanwhile.
+    """
+
+    def __init__(self, *, name: str, lock: threading.RLock, step: Callable[[], None],
+                 stop: threading.Event, interval_s: float, is_closed: Callable[[], bool],
+                 on_fatal: Callable[[BaseException], None]) -> None:
+        self._lock = lock
+        self._step = step
+        self._stop = stop
+        self._interval_s = interval_s
+        self._is_closed = is_closed
+        self._on_fatal = on_fatal
+        self._ticked = threading.Condition()
+        self._ticks = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start ticking."""
+        self._thread.start()
+
+    def join(self, timeout_s: float = 30.0) -> None:
+        """Wait for the thread to end (call after setting ``stop``)."""
+        if self._thread.is_alive():
+            self._thread.join(timeout=timeout_s)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self._lock:
+                    if self._is_closed():
+                        return
+                    self._step()
+            except ClientIdInUseError as exc:
+                self._fail(exc)
+            except MarshalError as exc:
+                log.warning("coordination step failed (will retry): %s", exc)
+            except Exception as exc:
+                log.exception("coordination thread failed")
+                self._fail(exc)
+            with self._ticked:
+                self._ticks += 1
+                self._ticked.notify_all()
+            self._stop.wait(self._interval_s)
+        with self._ticked:  # wake anyone waiting for ticks that will not come
+            self._ticked.notify_all()
+
+    def _fail(self, exc: BaseException) -> None:
+        self._on_fatal(exc)
+        self._stop.set()
+
+    def wait_ticks(self, count: int, timeout_s: float) -> None:
+        """Wait until ``count`` more steps have run, the thread stopped, or the timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._ticked:
+            goal = self._ticks + count
+            while self._ticks < goal and not self._stop.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._ticked.wait(left)
