@@ -183,6 +183,91 @@ class ResettingSharePartition(ShareMessage):
             raise ValueError("start_offset < 0")
 
 
+@dataclass(frozen=True, slots=True)
+class ResettingOffsets(PartitionMessage):
+    """Extension (version 2): set an **empty** group's committed offset of the partition to
+    ``offset`` (exclusive and key-shared state; share-partitions have their own reset).
+    Ignored while the group has live members on the topic."""
+
+    TYPE: ClassVar[str] = "ResettingOffsets"
+    VERSIONS: ClassVar[frozenset[int]] = frozenset({2})
+    offset: int
+
+    def validate(self) -> None:
+        if self.offset < 0:
+            raise ValueError("offset < 0")
+
+
+#: Key-shared mode splits the 64-bit key-hash space of a partition into this many equal
+#: slots; slot = key_hash >> (64 - 10). Ranges of slots travel as range text (``0-511``).
+KEY_SLOTS = 1024
+KEY_SLOT_BITS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class KeySharedMessage(PartitionMessage):
+    """Extensions (version 2) for key-shared mode: members own ranges of key-hash slots."""
+
+    VERSIONS: ClassVar[frozenset[int]] = frozenset({2})
+
+    def validate(self) -> None:
+        """Raise ValueError when a field is out of its domain (the codec calls it)."""
+        slots = getattr(self, "slots", None)
+        if slots is not None:
+            ranges = parse_ranges(slots)
+            if ranges[-1][1] >= KEY_SLOTS:
+                raise ValueError(f"slot {ranges[-1][1]} outside 0..{KEY_SLOTS - 1}")
+        offset = getattr(self, "offset", None)
+        if offset is not None and offset < 0:
+            raise ValueError("offset < 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimingKeyRanges(KeySharedMessage):
+    """Take the key-hash ``slots`` of the partition that are free (unowned, owned by a stale
+    member, or by an earlier process of the sender's client id); the rest is void."""
+
+    TYPE: ClassVar[str] = "ClaimingKeyRanges"
+    slots: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRangesHeartbeat(KeySharedMessage):
+    """The sender is alive and has processed every record of the slots it owns in the
+    partition below ``offset`` (a slot's committed offset never moves back)."""
+
+    TYPE: ClassVar[str] = "KeyRangesHeartbeat"
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReleasingKeyRanges(KeySharedMessage):
+    """The owner gives ``slots`` up, every record of them below ``offset`` processed."""
+
+    TYPE: ClassVar[str] = "ReleasingKeyRanges"
+    slots: str
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint(Message):
+    """Extension (version 2): the whole state of ``group_id`` on ``topic`` as a reader that
+    had applied every record of this coordination partition before ``position`` sees it.
+
+    ``state`` is compact JSON (PROTOCOL.md, checkpoints). A reader may start its replay at
+    ``position`` with that state instead of replaying the group's history.
+    """
+
+    TYPE: ClassVar[str] = "Checkpoint"
+    VERSIONS: ClassVar[frozenset[int]] = frozenset({2})
+    position: int
+    state: str
+
+    def validate(self) -> None:
+        if self.position < 0:
+            raise ValueError("position < 0")
+
+
 EXTENSION_MESSAGE_TYPES: tuple[type[Message], ...] = (
     MemberHeartbeat,
     InitializingSharePartition,
@@ -190,4 +275,9 @@ EXTENSION_MESSAGE_TYPES: tuple[type[Message], ...] = (
     AcknowledgingRecords,
     RenewingLocks,
     ResettingSharePartition,
+    ResettingOffsets,
+    ClaimingKeyRanges,
+    KeyRangesHeartbeat,
+    ReleasingKeyRanges,
+    Checkpoint,
 )

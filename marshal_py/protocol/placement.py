@@ -7,6 +7,8 @@ import struct
 
 import xxhash
 
+from marshal_py.protocol.messages import KEY_SLOT_BITS
+
 
 def coordination_partition(topic: str, partition_count: int) -> int:
     """The ``__marshal`` partition that carries every claim about ``topic``.
@@ -24,3 +26,12 @@ def coordination_partition(topic: str, partition_count: int) -> int:
 def key_hash(key: bytes | None) -> int:
     """xxh3-64 of a record key; a record without a key hashes like the empty key."""
     return int(xxhash.xxh3_64_intdigest(key or b""))
+
+
+def key_slot(key: bytes | None) -> int:
+    """The key-shared slot of a record key: the top bits of :func:`key_hash`.
+
+    Records without a key all hash like the empty key, so they share one slot, are handled
+    by one member at a time and stay in offset order.
+    """
+    return key_hash(key) >> (64 - KEY_SLOT_BITS)

@@ -1,5 +1,11 @@
 """World state: the deterministic rationalizer and what it derives (pure: no I/O, no clocks)."""
 
+from marshal_py.world.key_shared import KeySharedPartition, SlotRun, sticky_assignment
+from marshal_py.world.lifecycle import (
+    DEFAULT_OFFSETS_RETENTION_MS,
+    GroupLifecycle,
+    GroupState,
+)
 from marshal_py.world.rationalizer import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     Outcome,
@@ -12,14 +18,20 @@ from marshal_py.world.state import ClaimStatus, Owner, PartitionClaim, Partition
 
 __all__ = [
     "DEFAULT_HEARTBEAT_INTERVAL_MS",
+    "DEFAULT_OFFSETS_RETENTION_MS",
     "ClaimStatus",
     "CoordinationRecord",
+    "GroupLifecycle",
+    "GroupState",
+    "KeySharedPartition",
     "Outcome",
     "Owner",
     "PartitionClaim",
     "PartitionKey",
     "Rationalizer",
     "RationalizerConfig",
+    "SlotRun",
     "Verdict",
     "status_for_age",
+    "sticky_assignment",
 ]

@@ -16,20 +16,33 @@ from marshal_py.protocol.codec import DecodeError, DecodeErrorKind, decode
 from marshal_py.protocol.messages import (
     AcknowledgingRecords,
     AcquiringRecords,
+    Checkpoint,
+    ClaimingKeyRanges,
     ClaimingMessages,
     ClaimingPartition,
     Heartbeat,
     InitializingSharePartition,
+    KeyRangesHeartbeat,
+    KeySharedMessage,
     MemberHeartbeat,
     Message,
     PartitionMessage,
+    ReleasingKeyRanges,
     ReleasingPartition,
     RenewingLocks,
+    ResettingOffsets,
     ResettingSharePartition,
     ShareMessage,
 )
 from marshal_py.protocol.placement import coordination_partition
 from marshal_py.protocol.ranges import format_ranges, parse_ranges
+from marshal_py.world.checkpoint import ClaimState, PairState, decode_state, encode_state
+from marshal_py.world.key_shared import KeySharedPartition, KeySharedResult
+from marshal_py.world.lifecycle import (
+    DEFAULT_OFFSETS_RETENTION_MS,
+    GroupLife,
+    GroupLifecycle,
+)
 from marshal_py.world.records import CoordinationRecord
 from marshal_py.world.share import InFlightRecord, RecordState, SharePartition, ShareResult
 from marshal_py.world.state import Owner, PartitionClaim, PartitionKey
@@ -54,10 +67,18 @@ class Verdict(enum.Enum):
     RECORDS_ACKNOWLEDGED = "records_acknowledged"
     LOCKS_RENEWED = "locks_renewed"
     SHARE_RESET = "share_reset"
+    KEY_RANGES_CLAIMED = "key_ranges_claimed"
+    KEY_RANGES_HEARTBEAT = "key_ranges_heartbeat"
+    KEY_RANGES_RELEASED = "key_ranges_released"
+    CHECKPOINT = "checkpoint"
+    OFFSETS_RESET = "offsets_reset"
     # Valid messages the rules ignore.
     CLAIM_LOST = "claim_lost"
     NOT_OWNER = "not_owner"
     SHARE_IGNORED = "share_ignored"
+    KEY_RANGES_IGNORED = "key_ranges_ignored"
+    BEFORE_CHECKPOINT = "before_checkpoint"
+    RESET_IGNORED = "reset_ignored"
     MISPLACED = "misplaced"
     # Records that were skipped.
     DUPLICATE = "duplicate"
@@ -92,6 +113,11 @@ _APPLIED = frozenset(
         Verdict.RECORDS_ACKNOWLEDGED,
         Verdict.LOCKS_RENEWED,
         Verdict.SHARE_RESET,
+        Verdict.KEY_RANGES_CLAIMED,
+        Verdict.KEY_RANGES_HEARTBEAT,
+        Verdict.KEY_RANGES_RELEASED,
+        Verdict.CHECKPOINT,
+        Verdict.OFFSETS_RESET,
     }
 )
 _SKIPPED = frozenset(
@@ -99,7 +125,8 @@ _SKIPPED = frozenset(
 )
 _PROOF_OF_LIFE = frozenset(
     {Verdict.CLAIM_WON, Verdict.CLAIM_RENEWED, Verdict.CLAIM_RECLAIMED, Verdict.HEARTBEAT,
-     Verdict.RECORDS_ACQUIRED, Verdict.RECORDS_ACKNOWLEDGED, Verdict.LOCKS_RENEWED}
+     Verdict.RECORDS_ACQUIRED, Verdict.RECORDS_ACKNOWLEDGED, Verdict.LOCKS_RENEWED,
+     Verdict.KEY_RANGES_CLAIMED, Verdict.KEY_RANGES_HEARTBEAT}
 )
 _DECODE_VERDICTS = {
     DecodeErrorKind.MALFORMED: Verdict.MALFORMED,
@@ -118,17 +145,6 @@ class Outcome:
     detail: str = ""
 
 
-@dataclass(slots=True)
-class _Claim:
-    owner: Owner | None = None
-    claimed_at_ms: int | None = None
-    last_heartbeat_ms: int | None = None
-    committed_offset: int | None = None
-    last_release_ms: int | None = None
-    released_by: Owner | None = None
-    amo_claimed_offset: int | None = None
-
-
 @dataclass(frozen=True, slots=True)
 class RationalizerConfig:
     """Settings every member of a group must share, or they will disagree on the world.
@@ -136,15 +152,19 @@ class RationalizerConfig:
     ``coordination_partitions``: partition count of the coordination topic (records about a
     topic are honoured only on that topic's coordination partition). ``heartbeat_interval_ms``:
     the heartbeat interval (HI); ``group_heartbeat_intervals`` overrides it per group.
+    ``offsets_retention_ms``: how long an Empty group's offsets outlive it (KIP-211).
     """
 
     coordination_partitions: int
     heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
     group_heartbeat_intervals: Mapping[str, int] = field(default_factory=dict)
+    offsets_retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS
 
     def __post_init__(self) -> None:
         if self.coordination_partitions < 1:
             raise ValueError("coordination_partitions must be >= 1")
+        if self.offsets_retention_ms < 1:
+            raise ValueError("offsets_retention_ms must be >= 1 ms")
         for hi in (self.heartbeat_interval_ms, *self.group_heartbeat_intervals.values()):
             if hi < 1:
                 raise ValueError(f"heartbeat intervals must be >= 1 ms, got {hi}")
@@ -164,17 +184,22 @@ class Rationalizer:
 
     def __init__(self, config: RationalizerConfig) -> None:
         self.config = config
-        self._claims: dict[PartitionKey, _Claim] = {}
+        self._claims: dict[PartitionKey, ClaimState] = {}
         self._next_position: dict[int, int] = {}
         self._last_timestamp: dict[int, int] = {}
         self.counters: Counter[Verdict] = Counter()
         self._observers: list[Callable[[Outcome], None]] = []
         self._home_partition: dict[str, int] = {}
-        self._members: dict[tuple[str, str], dict[Owner, int]] = {}
-        self._capacities: dict[tuple[str, str], dict[Owner, int]] = {}
+        self._groups: dict[tuple[str, str], GroupLife] = {}
         self._shares: dict[PartitionKey, SharePartition] = {}
+        self._key_shared: dict[PartitionKey, KeySharedPartition] = {}
+        #: (group, topic) -> (coordination partition, position): the pair was restored from a
+        #: checkpoint taken there; its records before that position are already in the state.
+        self._restored_at: dict[tuple[str, str], tuple[int, int]] = {}
         #: Offsets of share messages that did not apply (void acquisitions, stale acks).
         self.share_ignored_offsets = 0
+        #: (group, topic) pairs whose offsets expired (Empty for longer than the retention).
+        self.expired_groups = 0
 
     def observe(self, observer: Callable[[Outcome], None]) -> None:
         """Call ``observer`` with the outcome of every record applied from now on."""
@@ -220,30 +245,116 @@ class Rationalizer:
                 message,
                 f"topic {message.topic!r} belongs on coordination partition {expected_partition}",
             )
+        pair = (message.group_id, message.topic)
+        restored = self._restored_at.get(pair)
+        if (restored is not None and restored[0] == record.partition
+                and record.position < restored[1]):
+            return Outcome(record, Verdict.BEFORE_CHECKPOINT, message)
+        ts = record.timestamp_ms
+        life = self._life_at(pair, ts)
         sender = Owner(message.instance_id, message.client_id)
         if isinstance(message, MemberHeartbeat):
-            return Outcome(record, self._membership(message, sender, record.timestamp_ms), message)
+            return Outcome(record, self._membership(message, sender, ts, life), message)
+        if isinstance(message, Checkpoint):
+            life.last_checkpoint_ms = ts
+            return Outcome(record, Verdict.CHECKPOINT, message,
+                           f"state as of position {message.position}")
         if not isinstance(message, PartitionMessage):
             # A registered extension this rationalizer does not interpret (yet).
             return Outcome(record, Verdict.UNKNOWN_TYPE, message)
         key = PartitionKey(message.group_id, message.topic, message.partition)
+        hi = self.config.heartbeat_interval_for(key.group)
         if isinstance(message, ShareMessage):
-            verdict, detail = self._share(key, sender, message, record.timestamp_ms)
+            verdict, detail = self._share(key, sender, message, ts)
             if verdict in _PROOF_OF_LIFE:
-                self._members.setdefault((key.group, key.topic), {})[sender] = record.timestamp_ms
+                life.seen(sender, ts, hi)
+            return Outcome(record, verdict, message, detail)
+        if isinstance(message, KeySharedMessage):
+            verdict, detail = self._key_ranges(key, sender, message, ts)
+            if verdict in _PROOF_OF_LIFE:
+                life.seen(sender, ts, hi)
+            return Outcome(record, verdict, message, detail)
+        if isinstance(message, ResettingOffsets):
+            verdict, detail = self._reset_offsets(key, message.offset, ts, life)
             return Outcome(record, verdict, message, detail)
         claim = self._claims.get(key)
         if claim is None:
-            claim = self._claims[key] = _Claim()
-        verdict = self._transition(claim, key, sender, message, record.timestamp_ms)
+            claim = self._claims[key] = ClaimState()
+        verdict = self._transition(claim, key, sender, message, ts)
         if verdict in _PROOF_OF_LIFE:
-            members = self._members.setdefault((key.group, key.topic), {})
             if verdict is Verdict.CLAIM_RECLAIMED:
-                for other in [m for m in members if m.client_id == sender.client_id]:
-                    del members[other]
-                    self._capacities.get((key.group, key.topic), {}).pop(other, None)
-            members[sender] = record.timestamp_ms
+                for other in [m for m in life.members if m.client_id == sender.client_id]:
+                    life.replaced(other)
+            life.seen(sender, ts, hi)
         return Outcome(record, verdict, message)
+
+    def _reset_offsets(self, key: PartitionKey, offset: int, ts: int,
+                       life: GroupLife) -> tuple[Verdict, str]:
+        live = life.live(ts, self.config.heartbeat_interval_for(key.group))
+        if live:
+            return Verdict.RESET_IGNORED, f"group has {len(live)} live member(s)"
+        claim = self._claims.setdefault(key, ClaimState())
+        claim.owner = None
+        claim.released_by = None
+        claim.committed_offset = offset
+        if claim.amo_claimed_offset is not None:
+            claim.amo_claimed_offset = offset - 1
+        keys = self._key_shared.get(key)
+        if keys is not None:
+            keys.reset(offset)
+        # An administrator's reset restarts the empty group's retention clock.
+        life.gone_at_ms = ts if life.gone_at_ms is None else max(life.gone_at_ms, ts)
+        return Verdict.OFFSETS_RESET, f"offset {offset}"
+
+    def _life_at(self, pair: tuple[str, str], ts: int) -> GroupLife:
+        """The pair's membership before a record at ``ts`` applies: stale members pruned,
+        and everything forgotten first if the pair has been Empty past the retention."""
+        life = self._groups.get(pair)
+        if life is None:
+            life = self._groups[pair] = GroupLife()
+            return life
+        hi = self.config.heartbeat_interval_for(pair[0])
+        if life.is_dead(ts, hi, self.config.offsets_retention_ms):
+            self._expire(pair)
+            life = self._groups[pair] = GroupLife()
+            return life
+        life.prune(ts, hi)
+        return life
+
+    def _expire(self, pair: tuple[str, str]) -> None:
+        """KIP-211: the pair has been Empty for longer than the retention; its offsets (and
+        share and key-shared state) expire together."""
+        group, topic = pair
+        for table in (self._claims, self._shares, self._key_shared):
+            for key in [k for k in table if k.group == group and k.topic == topic]:
+                del table[key]
+        self._groups.pop(pair, None)
+        self.expired_groups += 1
+
+    def _key_ranges(self, key: PartitionKey, sender: Owner, message: KeySharedMessage,
+                    ts: int) -> tuple[Verdict, str]:
+        state = self._key_shared.get(key)
+        if state is None:
+            state = self._key_shared[key] = KeySharedPartition()
+        result: KeySharedResult
+        if isinstance(message, ClaimingKeyRanges):
+            hi = self.config.heartbeat_interval_for(key.group)
+            result = state.claim(sender, parse_ranges(message.slots), ts, hi)
+            verdict = Verdict.KEY_RANGES_CLAIMED
+        elif isinstance(message, KeyRangesHeartbeat):
+            result = state.heartbeat(sender, message.offset, ts)
+            verdict = Verdict.KEY_RANGES_HEARTBEAT
+        elif isinstance(message, ReleasingKeyRanges):
+            result = state.release(sender, parse_ranges(message.slots), message.offset)
+            verdict = Verdict.KEY_RANGES_RELEASED
+        else:
+            return Verdict.UNKNOWN_TYPE, ""
+        if not result.applied:
+            return Verdict.KEY_RANGES_IGNORED, "sender owns none of these slots"
+        detail = "slots " + format_ranges(result.applied)
+        if result.ignored:
+            detail += f" ({result.ignored} slots did not apply)"
+        return verdict, detail
 
     def _share(self, key: PartitionKey, sender: Owner, message: ShareMessage,
                ts: int) -> tuple[Verdict, str]:
@@ -283,23 +394,21 @@ class Rationalizer:
             detail += f" ({result.ignored} offsets did not apply)"
         return verdict, detail
 
-    def _membership(self, message: MemberHeartbeat, sender: Owner, ts: int) -> Verdict:
-        where = (message.group_id, message.topic)
-        members = self._members.setdefault(where, {})
-        capacities = self._capacities.setdefault(where, {})
+    def _membership(self, message: MemberHeartbeat, sender: Owner, ts: int,
+                    life: GroupLife) -> Verdict:
         if message.active:
-            members[sender] = ts
+            life.seen(sender, ts, self.config.heartbeat_interval_for(message.group_id))
             if message.capacity >= 0:
-                capacities[sender] = message.capacity
+                life.capacities[sender] = message.capacity
             else:
-                capacities.pop(sender, None)
+                life.capacities.pop(sender, None)
             return Verdict.MEMBER_HEARTBEAT
-        members.pop(sender, None)
-        capacities.pop(sender, None)
+        life.left(sender, ts)
         return Verdict.MEMBER_LEFT
 
     def _transition(
-        self, claim: _Claim, key: PartitionKey, sender: Owner, message: PartitionMessage, ts: int
+        self, claim: ClaimState, key: PartitionKey, sender: Owner, message: PartitionMessage,
+        ts: int,
     ) -> Verdict:
         if isinstance(message, ClaimingPartition):
             return self._claim(claim, key, sender, ts)
@@ -327,7 +436,7 @@ class Rationalizer:
         # A registered extension this rationalizer does not interpret (yet).
         return Verdict.UNKNOWN_TYPE
 
-    def _claim(self, claim: _Claim, key: PartitionKey, sender: Owner, ts: int) -> Verdict:
+    def _claim(self, claim: ClaimState, key: PartitionKey, sender: Owner, ts: int) -> Verdict:
         owner = claim.owner
         if owner == sender:
             claim.last_heartbeat_ms = ts
@@ -346,6 +455,47 @@ class Rationalizer:
         claim.claimed_at_ms = ts
         claim.last_heartbeat_ms = ts
         return Verdict.CLAIM_WON
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def snapshot(self, group: str, topic: str) -> str:
+        """The checkpoint text of everything known about ``group`` on ``topic``.
+
+        Write it in a :class:`~marshal_py.protocol.messages.Checkpoint` together with
+        :meth:`next_position` of the topic's coordination partition *taken at the same
+        moment*: the text describes the state after every record before that position."""
+        pair = self._groups.get((group, topic)) or GroupLife()
+        return encode_state(PairState(
+            life=pair,
+            claims={k.partition: v for k, v in self._claims.items()
+                    if k.group == group and k.topic == topic},
+            shares={k.partition: v for k, v in self._shares.items()
+                    if k.group == group and k.topic == topic},
+            key_shared={k.partition: v for k, v in self._key_shared.items()
+                        if k.group == group and k.topic == topic},
+        ))
+
+    def restore(self, partition: int, checkpoint: Checkpoint) -> None:
+        """Take the state of ``checkpoint``'s (group, topic) pair as of its position.
+
+        Call before replaying ``partition`` from ``checkpoint.position`` (or earlier: records
+        of the pair below that position are then skipped, the checkpoint already has them).
+        Raises :class:`~marshal_py.world.checkpoint.CheckpointError` when the state text
+        cannot be read; the rationalizer is unchanged then.
+        """
+        state = decode_state(checkpoint.state)
+        group, topic = checkpoint.group_id, checkpoint.topic
+        for table in (self._claims, self._shares, self._key_shared):
+            for key in [k for k in table if k.group == group and k.topic == topic]:
+                del table[key]
+        self._groups[(group, topic)] = state.life
+        for p, claim in state.claims.items():
+            self._claims[PartitionKey(group, topic, p)] = claim
+        for p, share in state.shares.items():
+            self._shares[PartitionKey(group, topic, p)] = share
+        for p, keys in state.key_shared.items():
+            self._key_shared[PartitionKey(group, topic, p)] = keys
+        self._restored_at[(group, topic)] = (partition, checkpoint.position)
 
     def skip_to(self, coordination_partition: int, position: int) -> None:
         """Begin (or continue) that partition's replay at ``position``; records below it will
@@ -366,7 +516,7 @@ class Rationalizer:
     def claim(self, group: str, topic: str, partition: int) -> PartitionClaim:
         """The state of one partition (an unclaimed view when nothing is known of it)."""
         key = PartitionKey(group, topic, partition)
-        return self._view(key, self._claims.get(key) or _Claim())
+        return self._view(key, self._claims.get(key) or ClaimState())
 
     def claims(
         self, group: str | None = None, topic: str | None = None
@@ -378,7 +528,7 @@ class Rationalizer:
             if (group is None or key.group == group) and (topic is None or key.topic == topic)
         ]
 
-    def _view(self, key: PartitionKey, state: _Claim) -> PartitionClaim:
+    def _view(self, key: PartitionKey, state: ClaimState) -> PartitionClaim:
         return PartitionClaim(
             key=key,
             owner=state.owner,
@@ -400,18 +550,39 @@ class Rationalizer:
         one client id only the one seen last counts (a restarted process and its dead
         predecessor are one member).
         """
-        hi = self.config.heartbeat_interval_for(group)
-        seen = self._members.get((group, topic), {})
-        newest: dict[str, tuple[int, Owner]] = {}
-        for member, ts in seen.items():
-            if now_ms - ts <= 2 * hi and (member.client_id not in newest
-                                         or (ts, member) > newest[member.client_id]):
-                newest[member.client_id] = (ts, member)
-        return sorted(member for _, member in newest.values())
+        life = self._groups.get((group, topic))
+        if life is None:
+            return []
+        return life.live(now_ms, self.config.heartbeat_interval_for(group))
 
     def member_capacity(self, group: str, topic: str, member: Owner) -> int | None:
         """The most partitions ``member`` announced it will hold, or None for no limit."""
-        return self._capacities.get((group, topic), {}).get(member)
+        life = self._groups.get((group, topic))
+        return None if life is None else life.capacities.get(member)
+
+    def group_state(self, group: str, topic: str, now_ms: int) -> GroupLifecycle | None:
+        """The lifecycle of ``group`` on ``topic`` at ``now_ms`` (None if the log has never
+        mentioned the pair, or its offsets expired and nothing came since)."""
+        life = self._groups.get((group, topic))
+        if life is None:
+            return None
+        return life.view(group, topic, now_ms, self.config.heartbeat_interval_for(group),
+                         self.config.offsets_retention_ms)
+
+    def groups(self) -> list[tuple[str, str]]:
+        """Every (group, topic) pair the rationalizer knows, sorted."""
+        return sorted(self._groups)
+
+    def key_shared_partition(self, group: str, topic: str,
+                             partition: int) -> KeySharedPartition | None:
+        """The key-shared state of a partition (read it, do not change it), or None."""
+        return self._key_shared.get(PartitionKey(group, topic, partition))
+
+    def key_shared_partitions(self, group: str | None = None, topic: str | None = None,
+                              ) -> list[tuple[PartitionKey, KeySharedPartition]]:
+        """Every key-shared partition, optionally filtered, sorted by key."""
+        return [(k, v) for k, v in sorted(self._key_shared.items(), key=lambda kv: kv[0])
+                if (group is None or k.group == group) and (topic is None or k.topic == topic)]
 
     def share_partition(self, group: str, topic: str, partition: int) -> SharePartition | None:
         """The share-partition's state machine (read it, do not change it), or None."""
@@ -433,13 +604,15 @@ class Rationalizer:
                 if r.state is RecordState.ACQUIRED and r.holder == owner]
 
     def member_last_seen(self, group: str, topic: str) -> dict[Owner, int]:
-        """Broker time of each known member's last sign of life (live or not)."""
-        return dict(self._members.get((group, topic), {}))
+        """Broker time of each tracked member's last sign of life (live, or stale and not
+        yet pruned)."""
+        life = self._groups.get((group, topic))
+        return {} if life is None else dict(life.members)
 
     def ignored_count(self) -> int:
         """Valid messages the rules ignored (lost claims, non-owners, misplaced)."""
         return sum(n for v, n in self.counters.items() if not v.applied and not v.skipped
-                   and v is not Verdict.DUPLICATE)
+                   and v not in (Verdict.DUPLICATE, Verdict.BEFORE_CHECKPOINT))
 
     def skipped_count(self) -> int:
         """Records that could not be read as messages (garbage, unknown types or versions)."""

@@ -185,6 +185,25 @@ class SharePartition:
             del self._records[self.spso]
             self.spso += 1
 
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def stored_records(self) -> list[InFlightRecord]:
+        """The records the state machine stores (in-flight records it has seen change), in
+        offset order: with SPSO, SPEO and the limits, the whole state (for checkpoints)."""
+        return [InFlightRecord(o, r.state, r.delivery_count, r.holder, r.lock_expiry_ms)
+                for o, r in sorted(self._records.items())]
+
+    @classmethod
+    def restored(cls, spso: int, speo: int, delivery_limit: int, inflight_limit: int,
+                 records: Iterable[InFlightRecord]) -> SharePartition:
+        """A share-partition in exactly the state :meth:`stored_records` described."""
+        share = cls(spso, delivery_limit, inflight_limit)
+        share.speo = speo
+        for r in records:
+            share._records[r.offset] = _Record(r.state, r.delivery_count, r.holder,
+                                               r.lock_expiry_ms)
+        return share
+
     # -- views -------------------------------------------------------------------------------
 
     def in_flight(self, now_ms: int | None = None) -> list[InFlightRecord]:

@@ -1,0 +1,161 @@
+"""Checkpoint state: the whole state of one (group, topic) pair as compact JSON. Pure.
+
+A :class:`~marshal_py.protocol.messages.Checkpoint` record carries this text. Restoring it
+gives a rationalizer exactly the state a reader that replayed every earlier record has, so a
+replay may begin at the checkpoint instead of at the start of the group's history. The
+layout (version 1) is documented in PROTOCOL.md; owners are written once in a table and
+referred to by index.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from marshal_py.protocol.messages import KEY_SLOTS
+from marshal_py.world.key_shared import KeySharedPartition
+from marshal_py.world.lifecycle import GroupLife
+from marshal_py.world.share import InFlightRecord, RecordState, SharePartition
+from marshal_py.world.state import Owner
+
+CHECKPOINT_VERSION = 1
+_STATES = {s: i for i, s in enumerate(RecordState)}
+_STATE_OF = dict(enumerate(RecordState))
+
+
+class CheckpointError(ValueError):
+    """A checkpoint's state text cannot be read (garbage, or a version we do not know)."""
+
+
+@dataclass(slots=True)
+class ClaimState:
+    """One exclusive partition's coordination state (the rationalizer's claim fields)."""
+
+    owner: Owner | None = None
+    claimed_at_ms: int | None = None
+    last_heartbeat_ms: int | None = None
+    committed_offset: int | None = None
+    last_release_ms: int | None = None
+    released_by: Owner | None = None
+    amo_claimed_offset: int | None = None
+
+
+@dataclass(slots=True)
+class PairState:
+    """Everything a rationalizer knows about one (group, topic) pair."""
+
+    life: GroupLife = field(default_factory=GroupLife)
+    claims: dict[int, ClaimState] = field(default_factory=dict)
+    shares: dict[int, SharePartition] = field(default_factory=dict)
+    key_shared: dict[int, KeySharedPartition] = field(default_factory=dict)
+
+
+class _Owners:
+    def __init__(self) -> None:
+        self.table: list[list[str]] = []
+        self._index: dict[Owner, int] = {}
+
+    def ref(self, owner: Owner | None) -> int | None:
+        if owner is None:
+            return None
+        index = self._index.get(owner)
+        if index is None:
+            index = self._index[owner] = len(self.table)
+            self.table.append([owner.instance_id, owner.client_id])
+        return index
+
+
+def encode_state(state: PairState) -> str:
+    """The checkpoint text of ``state`` (deterministic: same state, same text)."""
+    owners = _Owners()
+    life = state.life
+    doc: dict[str, Any] = {
+        "v": CHECKPOINT_VERSION,
+        "life": [
+            [[owners.ref(m), ts, life.capacities.get(m, -1)]
+             for m, ts in sorted(life.members.items())],
+            life.gone_at_ms, life.last_checkpoint_ms, life.stable_since_ms,
+        ],
+        "claims": [
+            [p, owners.ref(c.owner), c.claimed_at_ms, c.last_heartbeat_ms, c.committed_offset,
+             c.last_release_ms, owners.ref(c.released_by), c.amo_claimed_offset]
+            for p, c in sorted(state.claims.items())
+        ],
+        "shares": [
+            [p, s.spso, s.speo, s.delivery_limit, s.inflight_limit,
+             [[r.offset, _STATES[r.state], r.delivery_count, owners.ref(r.holder),
+               r.lock_expiry_ms] for r in s.stored_records()]]
+            for p, s in sorted(state.shares.items())
+        ],
+        "keys": [
+            [p, _slot_runs(k, owners),
+             [[owners.ref(o), ts] for o, ts in sorted(k.last_seen.items())]]
+            for p, k in sorted(state.key_shared.items())
+        ],
+    }
+    doc["owners"] = owners.table
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+
+def _slot_runs(partition: KeySharedPartition, owners: _Owners) -> list[list[Any]]:
+    return [[run.first, run.last, owners.ref(run.owner), run.committed]
+            for run in partition.runs()]
+
+
+def decode_state(text: str) -> PairState:
+    """Parse checkpoint text; raises :class:`CheckpointError` on anything unexpected."""
+    try:
+        doc = json.loads(text)
+        if not isinstance(doc, dict) or doc.get("v") != CHECKPOINT_VERSION:
+            raise CheckpointError(f"unknown checkpoint version {doc.get('v')!r}"
+                                  if isinstance(doc, dict) else "checkpoint is not an object")
+        table = [Owner(str(i), str(c)) for i, c in doc["owners"]]
+
+        def owner(ref: Any) -> Owner | None:
+            return None if ref is None else table[_int(ref)]
+
+        members, gone_at, last_checkpoint, stable_since = doc["life"]
+        life = GroupLife(gone_at_ms=_opt(gone_at), last_checkpoint_ms=_opt(last_checkpoint),
+                         stable_since_ms=_opt(stable_since))
+        for ref, ts, capacity in members:
+            member = table[_int(ref)]
+            life.members[member] = _int(ts)
+            if _int(capacity) >= 0:
+                life.capacities[member] = _int(capacity)
+        state = PairState(life=life)
+        for p, own, claimed, beat, committed, released, by, amo in doc["claims"]:
+            state.claims[_int(p)] = ClaimState(owner(own), _opt(claimed), _opt(beat),
+                                               _opt(committed), _opt(released), owner(by),
+                                               _opt(amo))
+        for p, spso, speo, limit, inflight, records in doc["shares"]:
+            stored = [InFlightRecord(_int(o), _STATE_OF[_int(st)], _int(n), owner(h), _opt(x))
+                      for o, st, n, h, x in records]
+            state.shares[_int(p)] = SharePartition.restored(_int(spso), _int(speo), _int(limit),
+                                                            _int(inflight), stored)
+        for p, runs, seen in doc["keys"]:
+            owners_of: list[Owner | None] = [None] * KEY_SLOTS
+            committed_of: list[int | None] = [None] * KEY_SLOTS
+            for first, last, own, committed in runs:
+                for slot in range(_int(first), _int(last) + 1):
+                    owners_of[slot] = owner(own)
+                    committed_of[slot] = _opt(committed)
+            partition = KeySharedPartition()
+            partition.restore(owners_of, committed_of,
+                              {table[_int(ref)]: _int(ts) for ref, ts in seen})
+            state.key_shared[_int(p)] = partition
+        return state
+    except CheckpointError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError) as exc:
+        raise CheckpointError(f"malformed checkpoint state: {exc}") from exc
+
+
+def _int(value: Any) -> int:
+    if type(value) is not int:
+        raise CheckpointError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _opt(value: Any) -> int | None:
+    return None if value is None else _int(value)
