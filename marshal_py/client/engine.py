@@ -14,7 +14,7 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from marshal_py.client.channel import CoordinationChannel
+from marshal_py.client.channel import DEFAULT_CHECKPOINT_INTERVAL_MS, CoordinationChannel
 from marshal_py.client.engine_types import (
     Balance,
     EngineClock,
@@ -58,6 +58,7 @@ class EngineConfig:
     #: Greedy members: release a partition whose lag exceeds this many records, when another
     #: live member holds fewer partitions and so could take it (None: never).
     release_lag: int | None = None
+    checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS
 
     def __post_init__(self) -> None:
         if not self.group_id:
@@ -80,6 +81,8 @@ class EngineConfig:
             raise ConfigurationError("max_claims must be >= 1 (or None for no limit)")
         if self.release_lag is not None and self.release_lag < 1:
             raise ConfigurationError("release_lag must be >= 1 record (or None)")
+        if self.checkpoint_interval_ms < 1000:
+            raise ConfigurationError("checkpoint_interval must be at least 1 second")
 
     @property
     def renew_interval_ms(self) -> int:
@@ -152,7 +155,9 @@ class MemberEngine:
         self._reclaim_after_ms: int | None = None
         self._next_member_heartbeat_ms = 0
         self._last_balance_release_ms: dict[str, int] = {}
-        self.channel = CoordinationChannel(log_, rationalizer, clock, config.topics)
+        self.channel = CoordinationChannel(log_, rationalizer, clock, config.topics,
+                                           group=config.group_id,
+                                           checkpoint_interval_ms=config.checkpoint_interval_ms)
         self._closed = False
 
     # -- life cycle --------------------------------------------------------------------------
@@ -214,6 +219,7 @@ class MemberEngine:
             self._next_member_heartbeat_ms = now + self._jittered()
         for topic in self.config.topics:
             self._balance(topic)
+        self.channel.maybe_checkpoint(self.me)
 
     def _jittered(self) -> int:
         return int(self.hi * self.rng.uniform(0.6, 0.8))

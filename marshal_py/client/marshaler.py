@@ -16,6 +16,7 @@ from marshal_py.client.batch_member import (
     ExclusiveBatchMember,
     ShareBatchMember,
 )
+from marshal_py.client.channel import DEFAULT_CHECKPOINT_INTERVAL_MS
 from marshal_py.client.clock import BrokerClock
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine import EngineConfig, MemberEngine
@@ -32,7 +33,13 @@ from marshal_py.protocol.messages import (
     DEFAULT_INFLIGHT_LIMIT,
     DEFAULT_LOCK_MS,
 )
-from marshal_py.world import Owner, PartitionClaim, Rationalizer, RationalizerConfig
+from marshal_py.world import (
+    DEFAULT_OFFSETS_RETENTION_MS,
+    Owner,
+    PartitionClaim,
+    Rationalizer,
+    RationalizerConfig,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +65,9 @@ class Marshaler:
     same one again after a restart to take its partitions back without waiting for them to
     go stale. ``heartbeat_interval`` (seconds) must be the same for every member of the group.
     ``kafka_config`` passes kafka-python settings (security, SASL, SSL) to every client.
+    ``checkpoint_interval`` (seconds): how often the group's checkpoint is re-written, which
+    bounds how much of the log a joining member replays. ``offsets_retention`` (seconds): how
+    long the group's offsets outlive its last member (KIP-211; every member must agree).
     """
 
     def __init__(
@@ -71,6 +81,8 @@ class Marshaler:
         replay_window: float = DEFAULT_REPLAY_WINDOW_MS / 1000,
         timeout: float = 15.0,
         kafka_config: Mapping[str, Any] | None = None,
+        checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL_MS / 1000,
+        offsets_retention: float = DEFAULT_OFFSETS_RETENTION_MS / 1000,
     ) -> None:
         if not group_id:
             raise ConfigurationError("group_id is required: name the consumer group")
@@ -78,11 +90,17 @@ class Marshaler:
             raise ConfigurationError("heartbeat_interval must be at least 0.01 seconds")
         if replay_window < 0:
             raise ConfigurationError("replay_window must be >= 0 seconds (0: everything)")
+        if checkpoint_interval < 1:
+            raise ConfigurationError("checkpoint_interval must be at least 1 second")
+        if offsets_retention < 60:
+            raise ConfigurationError("offsets_retention must be at least 60 seconds")
         self.group_id = group_id
         self.client_id = client_id or default_client_id()
         self.instance_id = new_instance_id()
         self.heartbeat_interval = heartbeat_interval
         self.replay_window = replay_window
+        self.checkpoint_interval = checkpoint_interval
+        self.offsets_retention = offsets_retention
         self._log_config = KafkaLogConfig(
             bootstrap_servers=bootstrap_servers,
             topic=coordination_topic,
@@ -94,6 +112,7 @@ class Marshaler:
         self.rationalizer = Rationalizer(RationalizerConfig(
             coordination_partitions=self._log.partition_count(),
             heartbeat_interval_ms=self._hi_ms,
+            offsets_retention_ms=int(offsets_retention * 1000),
         ))
         self.clock = BrokerClock()
         self._consumer: Consumer | ShareConsumer | BatchMember | None = None
@@ -103,6 +122,10 @@ class Marshaler:
     @property
     def _hi_ms(self) -> int:
         return int(self.heartbeat_interval * 1000)
+
+    @property
+    def _checkpoint_ms(self) -> int:
+        return int(self.checkpoint_interval * 1000)
 
     @property
     def me(self) -> Owner:
@@ -248,6 +271,7 @@ class Marshaler:
             max_claims=max_claims,
             release_lag=release_lag,
             replay_window_ms=int(self.replay_window * 1000),
+            checkpoint_interval_ms=self._checkpoint_ms,
         )
         source = self._open_source(topics)
         engine = MemberEngine(config, self._log, self.rationalizer, source, self.clock,
@@ -266,6 +290,7 @@ class Marshaler:
             inflight_limit=inflight_limit, offset_reset=offset_reset, batch_size=batch_size,
             start_time_ms=None if start_time is None else int(start_time.timestamp() * 1000),
             replay_window_ms=int(self.replay_window * 1000),
+            checkpoint_interval_ms=self._checkpoint_ms,
         )
         source = self._open_source(topics + ((dead_letter_topic,) if dead_letter_topic else ()))
         engine = ShareEngine(config, self._log, self.rationalizer, source, self.clock,

@@ -14,7 +14,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from marshal_py.client.channel import CoordinationChannel
+from marshal_py.client.channel import DEFAULT_CHECKPOINT_INTERVAL_MS, CoordinationChannel
 from marshal_py.client.engine_types import EngineClock, OffsetReset, PartitionSource
 from marshal_py.errors import ConfigurationError, MarshalError
 from marshal_py.log.base import CoordinationLog
@@ -66,6 +66,7 @@ class ShareConfig:
     start_time_ms: int | None = None
     batch_size: int = 500
     replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS
+    checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS
 
     def __post_init__(self) -> None:
         if not self.group_id or not self.client_id:
@@ -78,6 +79,8 @@ class ShareConfig:
             raise ConfigurationError("delivery attempt limit must be between 2 and 10")
         if not 1 <= self.inflight_limit <= MAX_INFLIGHT_LIMIT:
             raise ConfigurationError(f"in-flight limit must be between 1 and {MAX_INFLIGHT_LIMIT}")
+        if self.checkpoint_interval_ms < 1000:
+            raise ConfigurationError("checkpoint_interval must be at least 1 second")
         if self.batch_size < 1:
             raise ConfigurationError("batch size must be >= 1")
         if self.offset_reset not in ("latest", "earliest"):
@@ -112,7 +115,9 @@ class ShareEngine:
         self.held: dict[TP, dict[int, int]] = defaultdict(dict)
         self._lock_expiry: dict[TP, dict[int, int]] = defaultdict(dict)
         self._pending: dict[tuple[TP, str], list[int]] = defaultdict(list)
-        self.channel = CoordinationChannel(log_, rationalizer, clock, config.topics)
+        self.channel = CoordinationChannel(log_, rationalizer, clock, config.topics,
+                                           group=config.group_id,
+                                           checkpoint_interval_ms=config.checkpoint_interval_ms)
         self._next_member_heartbeat_ms = 0
         self.stats = ShareStats()
         self._closed = False
@@ -159,6 +164,7 @@ class ShareEngine:
                     self._initialize(topic, partition)
         self._renew_due(now)
         self.flush()
+        self.channel.maybe_checkpoint(self.me)
 
     def _initialize(self, topic: str, partition: int) -> None:
         beginning, end = self.source.offset_bounds(topic, partition)

@@ -569,6 +569,11 @@ class Rationalizer:
         return life.view(group, topic, now_ms, self.config.heartbeat_interval_for(group),
                          self.config.offsets_retention_ms)
 
+    def last_checkpoint_ms(self, group: str, topic: str) -> int | None:
+        """Broker time of the newest Checkpoint record of the pair, or None."""
+        life = self._groups.get((group, topic))
+        return None if life is None else life.last_checkpoint_ms
+
     def groups(self) -> list[tuple[str, str]]:
         """Every (group, topic) pair the rationalizer knows, sorted."""
         return sorted(self._groups)
