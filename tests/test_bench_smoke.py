@@ -30,3 +30,11 @@ def test_share_benchmark_quick_mode_runs() -> None:
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "records/s" in result.stdout, result.stdout[-3000:]
+
+
+def test_replay_benchmark_quick_mode_runs() -> None:
+    result = subprocess.run([sys.executable, "-m", "bench.replay", "--quick"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "without checkpoints:" in result.stdout, result.stdout[-3000:]
+    assert "with checkpoints:" in result.stdout, result.stdout[-3000:]

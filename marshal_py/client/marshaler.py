@@ -114,10 +114,21 @@ class Marshaler:
             heartbeat_interval_ms=self._hi_ms,
             offsets_retention_ms=int(offsets_retention * 1000),
         ))
+        self._warn_if_retention_too_short()
         self.clock = BrokerClock()
         self._consumer: Consumer | ShareConsumer | BatchMember | None = None
         self._source: KafkaPartitionSource | None = None
         self._closed = False
+
+    def _warn_if_retention_too_short(self) -> None:
+        retention = getattr(self._log, "retention_ms", None)
+        needed = self.offsets_retention + self.checkpoint_interval
+        if retention is not None and retention >= 0 and retention / 1000 < needed:
+            log.warning(
+                "coordination topic %s keeps records for %.0f s, less than the offset "
+                "retention plus one checkpoint interval (%.0f s): an empty group's offsets "
+                "could be deleted before they expire; raise its retention.ms to at least %d",
+                self._log_config.topic, retention / 1000, needed, int(needed * 1000))
 
     @property
     def _hi_ms(self) -> int:

@@ -29,7 +29,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_COORDINATION_TOPIC = "__marshal"
 DEFAULT_COORDINATION_PARTITIONS = 4
-DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
+#: Time retention given to a coordination topic marshal_py creates: the default offset
+#: retention (7 days) plus a day, so an Empty group's last checkpoint outlives its offsets
+#: (PROTOCOL.md, checkpoints).
+DEFAULT_RETENTION_MS = 8 * 24 * 3600 * 1000
 _UNKNOWN_TOPIC = 3
 _KNOWN_SETTINGS = frozenset(KafkaConsumer.DEFAULT_CONFIG) | frozenset(
     KafkaProducer.DEFAULT_CONFIG
@@ -119,6 +122,8 @@ class KafkaLog:
         self._admin: KafkaAdminClient | None = None
         self._producer: KafkaProducer | None = None
         self._consumer: KafkaConsumer | None = None
+        #: The coordination topic's retention.ms as the broker reports it (-1: forever).
+        self.retention_ms: int | None = None
         try:
             self._admin = KafkaAdminClient(**config.client_config(KafkaAdminClient))
             self._partition_count = self._ensure_topic()
@@ -196,10 +201,16 @@ class KafkaLog:
     def _check_timestamp_type(self) -> None:
         assert self._admin is not None
         resource = ConfigResource(
-            ConfigResourceType.TOPIC, self.config.topic, configs=["message.timestamp.type"]
+            ConfigResourceType.TOPIC, self.config.topic,
+            configs=["message.timestamp.type", "retention.ms"],
         )
         described = self._admin.describe_configs([resource])
         entry = described.get("topic", {}).get(self.config.topic, {})
+        retention = entry.get("retention.ms", {}).get("value")
+        try:
+            self.retention_ms = int(retention) if retention is not None else None
+        except ValueError:
+            self.retention_ms = None
         value = entry.get("message.timestamp.type", {}).get("value", "CreateTime")
         if value != "LogAppendTime" and not self.config.allow_create_time:
             raise CoordinationTopicError(

@@ -153,3 +153,49 @@ def test_share_message_vectors_and_validation() -> None:
         encode(AcknowledgingRecords(*base, "1-2", "maybe"))
     with pytest.raises(DecodeError):
         decode(b"InitializingSharePartition/2/0/a/b/c/d/0/0/11/10")  # limit outside 2..10
+
+
+def test_key_shared_reset_and_checkpoint_vectors_and_validation() -> None:
+    from marshal_py.protocol import (
+        Checkpoint,
+        ClaimingKeyRanges,
+        KeyRangesHeartbeat,
+        ReleasingKeyRanges,
+        ResettingOffsets,
+    )
+
+    base = (0, "ab12cd34", "w1", "orders.g", "orders", 0)
+    vectors = [
+        (ClaimingKeyRanges(*base, "0-341,853-1023"),
+         b"ClaimingKeyRanges/2/0/ab12cd34/w1/orders.g/orders/0/0-341,853-1023"),
+        (KeyRangesHeartbeat(*base, 1200),
+         b"KeyRangesHeartbeat/2/0/ab12cd34/w1/orders.g/orders/0/1200"),
+        (ReleasingKeyRanges(*base, "342-511", 1187),
+         b"ReleasingKeyRanges/2/0/ab12cd34/w1/orders.g/orders/0/342-511/1187"),
+        (ResettingOffsets(0, "00000000", "marshal-admin", "orders.g", "orders", 0, 500),
+         b"ResettingOffsets/2/0/00000000/marshal-admin/orders.g/orders/0/500"),
+        (Checkpoint(0, "ab12cd34", "w1", "orders.g", "orders", 4711, '{"v":1}'),
+         b'Checkpoint/2/0/ab12cd34/w1/orders.g/orders/4711/{"v":1}'),
+    ]
+    for message, wire in vectors:
+        assert encode(message) == wire
+        assert decode(wire) == message
+    prefix = b"ClaimingKeyRanges/2/0/ab12cd34/w1/orders.g/orders/0/"
+    for bad in (b"0-1024", b"5-3", b"", b"1,1"):
+        with pytest.raises(DecodeError) as info:
+            decode(prefix + bad)
+        assert info.value.kind is DecodeErrorKind.MALFORMED
+    for bad_wire in (b"KeyRangesHeartbeat/2/0/a/b/c/d/0/-1",
+                     b"ResettingOffsets/2/0/a/b/c/d/0/-5",
+                     b"Checkpoint/2/0/a/b/c/d/-1/{}",
+                     b"ClaimingKeyRanges/1/0/a/b/c/d/0/0-5"):
+        with pytest.raises(DecodeError):
+            decode(bad_wire)
+
+
+def test_key_slot_vectors() -> None:
+    from marshal_py.protocol import key_hash, key_slot
+
+    assert key_slot(None) == key_slot(b"") == 180  # no key: the empty key's slot
+    assert key_hash(b"order-42") == 0x79CCA5910B9ACE3C and key_slot(b"order-42") == 487
+    assert key_hash(b"customer-7") == 0xFBEA082C2997EE28 and key_slot(b"customer-7") == 1007
