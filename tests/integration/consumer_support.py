@@ -27,7 +27,6 @@ from marshal_py.log import KafkaLog, KafkaLogConfig, catch_up
 from marshal_py.protocol import (
     ClaimingMessages,
     Heartbeat,
-    MemberHeartbeat,
     PartitionMessage,
     ReleasingPartition,
     coordination_partition,
@@ -335,10 +334,10 @@ class Watcher:
         sender = Owner(message.instance_id, message.client_id)
         ts = outcome.record.timestamp_ms
         verdict = outcome.verdict.value
-        if isinstance(message, MemberHeartbeat):
-            self.events.append(Event(ts, None, "MemberHeartbeat", verdict, sender, None, None))
+        if not isinstance(message, PartitionMessage):  # MemberHeartbeat, Checkpoint
+            self.events.append(Event(ts, None, type(message).__name__, verdict, sender, None,
+                                     None))
             return
-        assert isinstance(message, PartitionMessage)
         offset: int | None = None
         if isinstance(message, Heartbeat | ReleasingPartition):
             offset = message.offset
