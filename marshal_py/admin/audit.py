@@ -53,11 +53,13 @@ from marshal_py.protocol.messages import (
     Heartbeat,
     PartitionMessage,
     ReleasingPartition,
+    ResettingOffsets,
     ResettingSharePartition,
     ShareMessage,
 )
 from marshal_py.protocol.placement import coordination_partition as home_partition
 from marshal_py.protocol.ranges import parse_ranges
+from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS
 from marshal_py.world.rationalizer import Outcome, Rationalizer, Verdict
 from marshal_py.world.state import PartitionKey
 
@@ -116,6 +118,8 @@ TABLES: dict[str, ColumnSpec] = {
 
 #: End reasons of an ownership stint.
 RELEASED, TAKEN_OVER, RECLAIMED, OPEN = "released", "taken_over", "reclaimed", "open"
+#: A stint ended because its group's offsets expired (KIP-211: Empty past the retention).
+EXPIRED = "expired"
 
 #: Invariant names of the ``violations`` table.
 OVERLAPPING_OWNERS = "overlapping_owners"
@@ -247,6 +251,18 @@ PARTITION, RESET = "partition", "reset"
 WHOLE_TOPIC = -1
 
 
+def needs_whole_topic(has_reset: bool, first_ms: int, last_ms: int,
+                      offsets_retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS) -> bool:
+    """Must every record of a (group, topic) be audited by one rationalizer?
+
+    Resets and offset expiry depend on whether the (group, topic) has a live member, which
+    every partition's records decide. A reset (share or offsets) can be decided only with the
+    whole topic; expiry can happen only when the pair's records span more than the offset
+    retention. Otherwise each partition (plus the member heartbeats) can be audited alone.
+    """
+    return has_reset or last_ms - first_ms > offsets_retention_ms
+
+
 class Route(NamedTuple):
     """What a record is about, as far as splitting the log goes."""
 
@@ -269,14 +285,15 @@ def route(value: bytes | None, coordination_partition: int, partition_count: int
         return Route(MISPLACED, message.group_id, message.topic, partition)
     if partition is None:
         return Route(MEMBER, message.group_id, message.topic, None)
-    if isinstance(message, ResettingSharePartition):
+    if isinstance(message, ResettingSharePartition | ResettingOffsets):
         return Route(RESET, message.group_id, message.topic, partition)
     return Route(PARTITION, message.group_id, message.topic, partition)
 
 
 def bucket_partition(route_: Route, topic_has_reset: bool) -> int | None:
     """The bucket's partition number: the record's partition, :data:`WHOLE_TOPIC` for member
-    heartbeats and for every record of a (group, topic) that has a reset, None for garbage."""
+    heartbeats and checkpoints and for every record of a (group, topic) that
+    :func:`needs_whole_topic`, None for garbage."""
     if route_.kind == GARBAGE:
         return None
     if route_.kind == MISPLACED:
@@ -348,6 +365,8 @@ class AuditObserver:
         group, topic = message.group_id, message.topic
         if self.keep is not None and not self.keep(group, topic):
             return
+        if outcome.expired:
+            self._expire(group, topic, record.timestamp_ms)
         partition = message.partition if isinstance(message, PartitionMessage) else None
         if (partition is None or verdict is Verdict.MISPLACED
                 or verdict is Verdict.UNKNOWN_TYPE):
@@ -361,6 +380,17 @@ class AuditObserver:
             self._share(outcome, key)
             return
         self._exclusive(outcome, key)
+
+    def _expire(self, group: str, topic: str, ts: int) -> None:
+        """The pair's state expired: its stints end, its share-partitions start a new life."""
+        hi = self.rationalizer.config.heartbeat_interval_for(group)
+        for key in sorted(k for k in self._stints if k.group == group and k.topic == topic):
+            self._close(key, self._stints[key], EXPIRED, ts, hi)
+        for key in [k for k in self._amo if k.group == group and k.topic == topic]:
+            del self._amo[key]
+        for key in sorted(k for k in self._share_keys if k.group == group and k.topic == topic):
+            self._share_keys.discard(key)
+            self._epochs[key] = self._epochs.get(key, 0) + 1
 
     def _exclusive(self, outcome: Outcome, key: PartitionKey) -> None:
         record, verdict, message = outcome.record, outcome.verdict, outcome.message

@@ -49,8 +49,9 @@ from marshal_py.admin.audit import (
     topic_filter,
 )
 from marshal_py.admin.audit_local import AuditResult, Progress, prepare_output
-from marshal_py.protocol.messages import ResettingSharePartition
+from marshal_py.protocol.messages import ResettingOffsets, ResettingSharePartition
 from marshal_py.protocol.placement import coordination_partition
+from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS
 from marshal_py.world.rationalizer import Rationalizer, RationalizerConfig
 from marshal_py.world.records import CoordinationRecord
 
@@ -190,7 +191,8 @@ def routing_columns(value: Any) -> tuple[Any, Any, Any, Any]:
     garbage = value.isNull() | ~known
     kind = (F.when(garbage, F.lit(GARBAGE))
             .when(kind_name.isin(without), F.lit("member"))
-            .when(kind_name == ResettingSharePartition.TYPE, F.lit(RESET))
+            .when(kind_name.isin(ResettingSharePartition.TYPE, ResettingOffsets.TYPE),
+                  F.lit(RESET))
             .otherwise(F.lit("partition")))
     group = F.when(garbage, F.lit(None).cast("string")).otherwise(field(5))
     topic = F.when(garbage, F.lit(None).cast("string")).otherwise(field(6))
@@ -210,8 +212,14 @@ def _bucketed(raw: DataFrame) -> tuple[DataFrame, DataFrame]:
     # No filtering here: a record whose fields look like another group's may not decode, and
     # then it is counted as garbage like every undecodable record; the observer filters.
     routed = routed.persist()
-    resets = (routed.filter(F.col("r_kind") == RESET).select("r_group", "r_topic").distinct()
-              .withColumn("r_whole", F.lit(True)))
+    # needs_whole_topic: a reset in the (group, topic), or records spanning more than the
+    # offset retention (offsets may expire, which every partition's records decide).
+    pairs = routed.filter(F.col("r_kind") != GARBAGE).groupBy("r_group", "r_topic").agg(
+        F.max((F.col("r_kind") == RESET).cast("int")).alias("has_reset"),
+        F.min("timestamp_ms").alias("first_ms"), F.max("timestamp_ms").alias("last_ms"))
+    resets = (pairs.filter((F.col("has_reset") == 1)
+                           | (F.col("last_ms") - F.col("first_ms") > DEFAULT_OFFSETS_RETENTION_MS))
+              .select("r_group", "r_topic").withColumn("r_whole", F.lit(True)))
     joined = routed.join(F.broadcast(resets), ["r_group", "r_topic"], "left")
     bucket_partition = (
         F.when(F.col("r_kind") == GARBAGE, F.lit(None).cast("int"))

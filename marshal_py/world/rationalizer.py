@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from marshal_py.protocol.codec import DecodeError, DecodeErrorKind, decode
 from marshal_py.protocol.messages import (
@@ -137,12 +137,16 @@ _DECODE_VERDICTS = {
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """The verdict on one record, with the message when it decoded."""
+    """The verdict on one record, with the message when it decoded.
+
+    ``expired``: the record's (group, topic) had been Empty for longer than the offset
+    retention, so all its state expired just before the record applied (KIP-211)."""
 
     record: CoordinationRecord
     verdict: Verdict
     message: Message | None = None
     detail: str = ""
+    expired: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +204,7 @@ class Rationalizer:
         self.share_ignored_offsets = 0
         #: (group, topic) pairs whose offsets expired (Empty for longer than the retention).
         self.expired_groups = 0
+        self._expired_now = False
 
     def observe(self, observer: Callable[[Outcome], None]) -> None:
         """Call ``observer`` with the outcome of every record applied from now on."""
@@ -209,7 +214,10 @@ class Rationalizer:
 
     def apply(self, record: CoordinationRecord) -> Outcome:
         """Apply one record and say what it did. Never raises for bad record content."""
+        self._expired_now = False
         outcome = self._apply(record)
+        if self._expired_now:
+            outcome = replace(outcome, expired=True)
         self.counters[outcome.verdict] += 1
         for observer in self._observers:
             observer(outcome)
@@ -316,6 +324,7 @@ class Rationalizer:
         hi = self.config.heartbeat_interval_for(pair[0])
         if life.is_dead(ts, hi, self.config.offsets_retention_ms):
             self._expire(pair)
+            self._expired_now = True
             life = self._groups[pair] = GroupLife()
             return life
         life.prune(ts, hi)
