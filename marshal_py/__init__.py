@@ -4,7 +4,13 @@ Consumers write small records to a coordination topic (``__marshal``); every cli
 that log with the same deterministic rationalizer and so reaches the same world state.
 """
 
-from marshal_py.client import Consumer, Marshaler, ShareConsumer, ShareRecord
+from marshal_py.client import (
+    Consumer,
+    KeySharedConsumer,
+    Marshaler,
+    ShareConsumer,
+    ShareRecord,
+)
 from marshal_py.errors import (
     BrokerUnavailableError,
     ClientIdInUseError,
@@ -36,6 +42,7 @@ __all__ = [
     "CoordinationRecord",
     "CoordinationTopicError",
     "DevBrokerError",
+    "KeySharedConsumer",
     "MarshalError",
     "Marshaler",
     "Owner",

@@ -16,6 +16,7 @@ from typing import Any, NoReturn, cast
 
 import click
 
+from marshal_py.admin.admin_commands import metrics_options, start_metrics
 from marshal_py.admin.world_view import (
     RECORD_COLUMNS,
     SHARE_COLUMNS,
@@ -27,6 +28,7 @@ from marshal_py.admin.world_view import (
 )
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine_types import Balance, Mode, OffsetReset
+from marshal_py.client.key_shared_consumer import KeySharedConsumer
 from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
 from marshal_py.errors import MarshalError
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
@@ -358,9 +360,11 @@ def _record_json(record: Any) -> dict[str, object]:
 @kafka_options
 @click.option("--group", required=True, help="Consumer group id.")
 @click.option("--topic", "topics", required=True, multiple=True, help="Topic(s) to consume.")
-@click.option("--mode", type=click.Choice(["alo", "amo", "share"]), default="alo",
-              show_default=True,
-              help="at-least-once, at-most-once, or share (queue semantics, implicit accept).")
+@click.option("--mode", type=click.Choice(["alo", "amo", "share", "key-shared"]),
+              default="alo", show_default=True,
+              help="at-least-once, at-most-once, share (queue semantics, implicit accept), or "
+                   "key-shared (any number of members per partition, per-key order, implicit "
+                   "commit).")
 @click.option("--client-id", help="Stable name of this consumer (default: HOST-PID).")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0.01), default=10.0,
               show_default=True, help="Seconds; the same for every member of the group.")
@@ -388,6 +392,7 @@ def _record_json(record: Any) -> dict[str, object]:
               help="Stop (commit and release) after N records.")
 @click.option("--print", "print_records", is_flag=True,
               help="Write each record as one JSON line on stdout.")
+@metrics_options
 def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, group: str,
             topics: tuple[str, ...], mode: str, client_id: str | None,
             heartbeat_interval: float, offset_reset: str, balance: str,
@@ -401,9 +406,12 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
     marshaler = Marshaler(bootstrap_servers, group, client_id, heartbeat_interval,
                           coordination_topic=coordination_topic, timeout=timeout)
     try:
+        start_metrics(marshaler)  # --metrics-port: serves until the command ends
         reset = cast(OffsetReset, offset_reset)
-        consumer: Consumer | ShareConsumer
-        if mode == "share":
+        consumer: Consumer | ShareConsumer | KeySharedConsumer
+        if mode == "key-shared":
+            consumer = marshaler.consumer(list(topics), "key-shared", offset_reset=reset)
+        elif mode == "share":
             start_time = None
             if start_datetime is not None:
                 try:
@@ -438,7 +446,7 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
         marshaler.close()
 
 
-def _consume_loop(consumer: Consumer | ShareConsumer, print_records: bool,
+def _consume_loop(consumer: Consumer | ShareConsumer | KeySharedConsumer, print_records: bool,
                   max_records: int | None, poison: set[int]) -> int:
     previous = {sig: signal.signal(sig, lambda signum, frame: consumer.stop())
                 for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -447,11 +455,14 @@ def _consume_loop(consumer: Consumer | ShareConsumer, print_records: bool,
     try:
         for record in consumer:
             if print_records:
-                sys.stdout.write(json.dumps(_record_json(record)) + "\n")
+                line = _record_json(record)
+                if isinstance(consumer, KeySharedConsumer):
+                    line["at_ms"] = round(time.time() * 1000, 3)  # handed out (wall clock)
+                sys.stdout.write(json.dumps(line) + "\n")
                 sys.stdout.flush()
             if isinstance(consumer, Consumer):
                 consumer.commit(record)
-            elif isinstance(record, ShareRecord):
+            elif isinstance(consumer, ShareConsumer) and isinstance(record, ShareRecord):
                 consumer.ack(record, "release" if record.offset in poison else "accept")
             count += 1
             now = time.monotonic()
@@ -467,75 +478,15 @@ def _consume_loop(consumer: Consumer | ShareConsumer, print_records: bool,
     return count
 
 
-@main.command("reset-offsets")
-@kafka_options
-@replay_options
-@click.option("--group", required=True, help="The share group.")
-@click.option("--topic", required=True, help="The topic.")
-@click.option("--to-earliest", is_flag=True, help="The oldest retained offset.")
-@click.option("--to-latest", is_flag=True, help="The end of each partition.")
-@click.option("--to-offset", type=click.IntRange(min=0), help="This offset on every partition.")
-@click.option("--to-datetime", help="The first offset at or after this ISO 8601 time.")
-@click.option("--dry-run", is_flag=True, help="Show the plan, change nothing.")
-def reset_offsets(bootstrap_servers: str, coordination_topic: str, timeout: float,
-                  heartbeat_interval: float, replay_window: float, group: str, topic: str,
-                  to_earliest: bool, to_latest: bool, to_offset: int | None,
-                  to_datetime: str | None, dry_run: bool) -> None:
-    """Move an empty share group's start offset (SPSO), discarding in-flight state."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    from marshal_py.admin.reset import reset_share_offsets
-
-    to = "earliest" if to_earliest else "latest" if to_latest else None
-    chosen = [to_earliest, to_latest, to_offset is not None, to_datetime is not None]
-    if sum(chosen) != 1:
-        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, "
-                               "--to-datetime")
-    when_ms: int | None = None
-    if to_datetime is not None:
-        try:
-            moment = datetime.fromisoformat(to_datetime)
-        except ValueError as exc:
-            raise click.BadParameter(f"{to_datetime!r} is not an ISO 8601 time",
-                                     param_hint="--to-datetime") from exc
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        when_ms = int(moment.timestamp() * 1000)
-    with _open_log(bootstrap_servers, coordination_topic, timeout) as log:
-        data = KafkaConsumer(group_id=None, enable_auto_commit=False,
-                             **log.config.client_config(KafkaConsumer))
-        try:
-            def target(partition: int) -> int:
-                tp = TopicPartition(topic, partition)
-                beginning = int(data.beginning_offsets([tp])[tp])
-                end = int(data.end_offsets([tp])[tp])
-                if to == "earliest":
-                    return beginning
-                if to == "latest":
-                    return end
-                if to_offset is not None:
-                    return min(max(to_offset, beginning), end)
-                assert when_ms is not None
-                found = data.offsets_for_times({tp: when_ms})[tp]
-                return end if found is None else int(found.offset)
-
-            plans = reset_share_offsets(
-                log, group, topic, target,
-                heartbeat_interval_ms=int(heartbeat_interval * 1000),
-                window_ms=int(replay_window * 1000), dry_run=dry_run)
-        finally:
-            data.close()
-    _print_table(("partition", "current_spso", "new_spso", "in_flight_discarded"),
-                 [[p.partition, p.current_spso, p.new_spso, p.in_flight] for p in plans])
-    click.echo("dry run: nothing changed" if dry_run else "reset written to the log", err=True)
-
-
 def _register_commands() -> None:
+    from marshal_py.admin.admin_commands import COMMANDS
     from marshal_py.admin.audit_command import audit
     from marshal_py.devbroker.command import dev_broker
 
     main.add_command(dev_broker, "dev-broker")
     main.add_command(audit)
+    for command in COMMANDS:  # groups, lag, reset-offsets, watch
+        main.add_command(command)
 
 
 _register_commands()

@@ -7,8 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from marshal_py.log.base import CoordinationLog
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up, seek_to_window
+from marshal_py.log.checkpoints import start_from_checkpoints
+from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up, replay_start
 from marshal_py.protocol.placement import coordination_partition
+from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS
 from marshal_py.world.rationalizer import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     Outcome,
@@ -67,14 +69,19 @@ def load_world(
     heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
     window_ms: int = DEFAULT_REPLAY_WINDOW_MS,
     topic: str | None = None,
+    group: str | None = None,
+    offsets_retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
     now_ms: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
 ) -> WorldView:
     """Replay the coordination log's window up to its current end.
 
-    With ``topic`` only that topic's coordination partition is read. ``now_ms`` defaults to
-    this machine's clock (used to place the replay window and to judge freshness).
+    With ``topic`` only that topic's coordination partition is read; with ``group`` as well,
+    the replay starts from that group's newest checkpoint on the topic (the window's start
+    when it has none), so only the group's state on the topic is complete. ``now_ms``
+    defaults to this machine's clock (used to place the replay window and to judge
+    freshness).
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
     count = log.partition_count()
@@ -82,12 +89,18 @@ def load_world(
         (coordination_partition(topic, count),) if topic is not None else tuple(range(count))
     )
     config = RationalizerConfig(
-        coordination_partitions=count, heartbeat_interval_ms=heartbeat_interval_ms
+        coordination_partitions=count, heartbeat_interval_ms=heartbeat_interval_ms,
+        offsets_retention_ms=offsets_retention_ms,
     )
     rationalizer = Rationalizer(config)
     if on_outcome is not None:
         rationalizer.observe(on_outcome)
-    seek_to_window(log, rationalizer, partitions, now, window_ms)
+    for partition in partitions:
+        start = replay_start(log, partition, now, window_ms)
+        if group is not None and topic is not None:
+            start_from_checkpoints(log, rationalizer, partition, group, [topic], start)
+        else:
+            rationalizer.skip_to(partition, start)
     applied = catch_up(log, rationalizer, partitions, progress=progress)
     if now_ms is None:  # judge freshness as of the end of the replay, not its start
         now = int(time.time() * 1000)

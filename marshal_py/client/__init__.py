@@ -3,6 +3,8 @@
 from marshal_py.client.clock import BrokerClock
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine import EngineConfig, MemberEngine
+from marshal_py.client.key_shared_consumer import KeySharedConsumer
+from marshal_py.client.key_shared_engine import KeySharedConfig, KeySharedEngine
 from marshal_py.client.marshaler import Marshaler, default_client_id
 from marshal_py.client.offsets import CommitTracker
 from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
@@ -13,6 +15,9 @@ __all__ = [
     "CommitTracker",
     "Consumer",
     "EngineConfig",
+    "KeySharedConfig",
+    "KeySharedConsumer",
+    "KeySharedEngine",
     "Marshaler",
     "MemberEngine",
     "ShareConfig",

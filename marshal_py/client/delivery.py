@@ -21,6 +21,8 @@ class DeliveryLoop(Generic[R]):
         self._stop = threading.Event()
         self._closed = False
         self._error: BaseException | None = None
+        #: Records handed out to the application so far (read by marshal_py.metrics).
+        self.records_delivered = 0
 
     def _next_buffered(self) -> R | None:
         raise NotImplementedError
@@ -39,6 +41,7 @@ class DeliveryLoop(Generic[R]):
             if record is None:
                 break
             out.append(record)
+        self.records_delivered += len(out)
         return out
 
     def _set_error(self, exc: BaseException) -> None:
@@ -57,6 +60,7 @@ class DeliveryLoop(Generic[R]):
         while True:
             record = self._next_buffered()
             if record is not None:
+                self.records_delivered += 1
                 return record
             self._raise_background_error()
             if self._stop.is_set() or self._closed:

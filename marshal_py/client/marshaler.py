@@ -21,6 +21,8 @@ from marshal_py.client.clock import BrokerClock
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine import EngineConfig, MemberEngine
 from marshal_py.client.engine_types import Balance, Mode, OffsetReset
+from marshal_py.client.key_shared_consumer import CommitMode, KeySharedConsumer
+from marshal_py.client.key_shared_engine import KeySharedConfig, KeySharedEngine
 from marshal_py.client.share_consumer import AckMode, ShareConsumer
 from marshal_py.client.share_engine import ShareConfig, ShareEngine
 from marshal_py.client.source import KafkaPartitionSource
@@ -116,7 +118,7 @@ class Marshaler:
         ))
         self._warn_if_retention_too_short()
         self.clock = BrokerClock()
-        self._consumer: Consumer | ShareConsumer | BatchMember | None = None
+        self._consumer: Consumer | ShareConsumer | KeySharedConsumer | BatchMember | None = None
         self._source: KafkaPartitionSource | None = None
         self._closed = False
 
@@ -152,6 +154,11 @@ class Marshaler:
                  start_time: datetime | None = ...) -> ShareConsumer: ...
 
     @overload
+    def consumer(self, topics: Iterable[str], mode: Literal["key-shared"], *,
+                 offset_reset: OffsetReset = ...,
+                 commit_mode: CommitMode = ...) -> KeySharedConsumer: ...
+
+    @overload
     def consumer(self, topics: Iterable[str], mode: Mode = ..., *,
                  offset_reset: OffsetReset = ..., balance: Balance = ...,
                  max_claims: int | None = ..., release_lag: int | None = ...,
@@ -160,13 +167,14 @@ class Marshaler:
     def consumer(
         self,
         topics: Iterable[str],
-        mode: Mode | Literal["share"] = "alo",
+        mode: Mode | Literal["share", "key-shared"] = "alo",
         *,
         offset_reset: OffsetReset = "latest",
         balance: Balance = "fair",
         max_claims: int | None = None,
         release_lag: int | None = None,
         amo_batch_size: int = 100,
+        commit_mode: CommitMode = "implicit",
         lock_duration: float = DEFAULT_LOCK_MS / 1000,
         delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
         inflight_limit: int = DEFAULT_INFLIGHT_LIMIT,
@@ -174,7 +182,7 @@ class Marshaler:
         batch_size: int = 100,
         dead_letter_topic: str | None = None,
         start_time: datetime | None = None,
-    ) -> Consumer | ShareConsumer:
+    ) -> Consumer | ShareConsumer | KeySharedConsumer:
         """Join the group on ``topics`` and return the consumer of the partitions it wins.
 
         ``mode``: ``"alo"`` (at-least-once) or ``"amo"`` (at-most-once). ``offset_reset``:
@@ -194,6 +202,10 @@ class Marshaler:
         archived at the delivery limit are copied there). A new share group starts at
         ``offset_reset`` (latest by default), or at the first record at or after
         ``start_time`` (an aware datetime) when given.
+        ``mode="key-shared"`` shares each partition among any number of members by record
+        key (per-key order kept, see :class:`KeySharedConsumer`): ``offset_reset`` applies to
+        key slots never committed; ``commit_mode`` is ``"implicit"`` (what one call handed
+        out is committed by the next) or ``"explicit"`` (``commit(record)``).
         One consumer per Marshaler at a time.
         """
         if self._closed:
@@ -203,12 +215,20 @@ class Marshaler:
         if self._consumer is not None:
             raise ConfigurationError("this Marshaler already has an open consumer; close it "
                                      "first or use another Marshaler")
+        if commit_mode not in ("implicit", "explicit"):
+            raise ConfigurationError(
+                f"commit_mode must be 'implicit' or 'explicit', not {commit_mode!r}")
         wanted = tuple(dict.fromkeys(topics))
-        if mode == "share":
+        consumer: Consumer | ShareConsumer | KeySharedConsumer
+        if mode == "key-shared":
+            keyed, source = self._key_shared_engine(wanted, offset_reset)
+            consumer = KeySharedConsumer(self, keyed, self._log_config, self._tick_s,
+                                         commit_mode)
+        elif mode == "share":
             share, source = self._share_engine(wanted, offset_reset, lock_duration,
                                                delivery_limit, inflight_limit, batch_size,
                                                start_time, dead_letter_topic)
-            consumer: Consumer | ShareConsumer = ShareConsumer(
+            consumer = ShareConsumer(
                 self, share, self._log_config, self._share_tick_s(lock_duration),
                 acknowledgement, dead_letter_topic)
         else:
@@ -309,7 +329,22 @@ class Marshaler:
         self._start(engine, source)
         return engine, source
 
-    def _start(self, engine: MemberEngine | ShareEngine, source: KafkaPartitionSource) -> None:
+    def _key_shared_engine(self, topics: tuple[str, ...], offset_reset: OffsetReset,
+                           ) -> tuple[KeySharedEngine, KafkaPartitionSource]:
+        config = KeySharedConfig(
+            group_id=self.group_id, client_id=self.client_id, instance_id=self.instance_id,
+            topics=topics, heartbeat_interval_ms=self._hi_ms, offset_reset=offset_reset,
+            replay_window_ms=int(self.replay_window * 1000),
+            checkpoint_interval_ms=self._checkpoint_ms,
+        )
+        source = self._open_source(topics)
+        engine = KeySharedEngine(config, self._log, self.rationalizer, source, self.clock,
+                                 random.Random())
+        self._start(engine, source)
+        return engine, source
+
+    def _start(self, engine: MemberEngine | ShareEngine | KeySharedEngine,
+               source: KafkaPartitionSource) -> None:
         try:
             with self._lock:
                 engine.start()

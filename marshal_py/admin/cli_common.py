@@ -1,0 +1,145 @@
+"""What the admin commands share: Kafka and replay options, opening the log, progress, tables.
+
+Kept apart from :mod:`marshal_py.cli` (which imports the admin commands when it registers
+them), so that importing a command never imports the CLI module a second time.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from marshal_py.client.source import KafkaPartitionSource
+from marshal_py.errors import BrokerUnavailableError, TopicNotFoundError
+from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
+from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
+from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+BOOTSTRAP_ENV = "MARSHAL_BOOTSTRAP_SERVERS"
+
+
+def kafka_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--bootstrap-servers, --coordination-topic and --timeout (as every Kafka command)."""
+    func = click.option(
+        "--timeout", type=click.FloatRange(min=0.1), default=15.0, show_default=True,
+        help="Seconds to wait for the broker before giving up.")(func)
+    func = click.option(
+        "--coordination-topic", default=DEFAULT_COORDINATION_TOPIC, show_default=True,
+        help="Name of the coordination topic.")(func)
+    func = click.option(
+        "--bootstrap-servers", envvar=BOOTSTRAP_ENV, default=DEFAULT_BOOTSTRAP,
+        show_default=f"${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP}",
+        help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT].")(func)
+    return func
+
+
+def replay_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--heartbeat-interval, --replay-window and --offsets-retention."""
+    func = click.option(
+        "--offsets-retention", type=click.FloatRange(min=60), show_default=True,
+        default=DEFAULT_OFFSETS_RETENTION_MS / 1000,
+        help="Seconds an Empty group's offsets outlive it (must match its consumers').")(func)
+    func = click.option(
+        "--replay-window", type=click.FloatRange(min=0), show_default=True,
+        default=DEFAULT_REPLAY_WINDOW_MS / 1000,
+        help="Seconds of coordination log to replay (0: everything retained).")(func)
+    func = click.option(
+        "--heartbeat-interval", type=click.FloatRange(min=0.001), default=10.0,
+        show_default=True,
+        help="The groups' heartbeat interval in seconds (must match their consumers').")(func)
+    return func
+
+
+@contextmanager
+def open_log(bootstrap_servers: str, coordination_topic: str,
+             timeout: float) -> Iterator[KafkaLog]:
+    """The coordination log, never created (a missing topic is a one-line error)."""
+    log = KafkaLog(KafkaLogConfig(bootstrap_servers=bootstrap_servers,
+                                  topic=coordination_topic, create_topic=False,
+                                  timeout_s=timeout))
+    try:
+        yield log
+    finally:
+        log.close()
+
+
+@contextmanager
+def open_topics(log: KafkaLog) -> Iterator[KafkaPartitionSource]:
+    """Partition counts and offsets of data topics, on the log's cluster."""
+    try:
+        source = KafkaPartitionSource(log.config, refresh_s=5.0)
+    except Exception as exc:  # kafka-python's NoBrokersAvailable and friends
+        raise BrokerUnavailableError(
+            f"cannot reach Kafka at {log.config.bootstrap_servers} to read topic offsets "
+            f"({type(exc).__name__})") from exc
+    try:
+        yield source
+    finally:
+        source.close()
+
+
+def require_topic(source: KafkaPartitionSource, topic: str, bootstrap: str) -> int:
+    """The partition count of ``topic``; a one-line error when it does not exist."""
+    count = source.partition_count(topic)
+    if count is None:
+        raise TopicNotFoundError(f"topic {topic!r} does not exist on {bootstrap}; check the "
+                                 "name (marshal groups lists the topics groups consume)")
+    return count
+
+
+class Progress:
+    """Prints replay progress to stderr about once a second on long replays (on a terminal)."""
+
+    def __init__(self, enabled: bool | None = None) -> None:
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.last = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if self.enabled and now - self.last >= 1.0:
+            self.last = now
+            click.echo(f"replayed {done:,}/{total:,} coordination records", err=True)
+
+
+def cell(value: object) -> str:
+    """How a table cell shows a value ("-" for none)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def table_lines(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    """A plain, left-aligned text table."""
+    cells = [[cell(v) for v in row] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    out = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    for r in cells:
+        out.append("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+    return out
+
+
+def print_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Print :func:`table_lines` to stdout."""
+    for line in table_lines(columns, rows):
+        click.echo(line)
+
+
+def parse_time(value: str, option: str) -> int:
+    """An ISO 8601 time (UTC when it names no zone) in ms; a usage error when unreadable."""
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r} is not an ISO 8601 time",
+                                 param_hint=option) from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)

@@ -1,0 +1,670 @@
+"""KeySharedEngine: one member of a key-shared group, single-threaded and steppable.
+
+Key-shared mode lets more members than partitions consume a topic while keeping the order of
+the records of each key. The 64-bit hash space of record keys of every partition is cut into
+:data:`~marshal_py.protocol.messages.KEY_SLOTS` slots (``key_slot(key)``: the top 10 bits of
+xxh3-64; records without a key hash like the empty key, so they share one slot and stay in
+order). Each slot has at most one owner in the coordination log and its own committed offset
+(:class:`~marshal_py.world.key_shared.KeySharedPartition`). Every member fetches the whole
+partition and hands out only the records of the slots it owns.
+
+A member's duties, per partition of each of its topics, at every step:
+
+* **Target.** ``sticky_assignment(live owners, live members)``: a deterministic function of
+  the log that every member computes alike (this process stands for its client id). Quotas
+  differ by at most one slot and as few slots as possible move when members come and go.
+* **Claim.** One ``ClaimingKeyRanges`` with the slots whose target is this member and that
+  are free (unowned, or owned by a member stale for more than 2 HI), then read the log back:
+  what it owns now is won.
+* **Release.** A slot whose target is another member stops being handed out at once; it is
+  released (``ReleasingKeyRanges``) only once every record of it handed to the application has
+  been committed, with the release offset = the slot's next offset to hand out. So its next
+  owner starts exactly where this one stopped, and no key is ever processed by two members
+  at once, nor out of order.
+* **Deliver.** A per-slot cursor ``n[s]`` is the next offset of slot ``s`` to hand out. It
+  starts at the slot's committed offset (or the partition's end / beginning for
+  ``offset_reset`` "latest" / "earliest" when the slot never committed). A fetched record of
+  slot ``s`` is handed out iff this member owns ``s`` in the log, is not releasing it, its
+  lease is valid, and ``offset >= n[s]``; handing it out sets ``n[s] = offset + 1``. The
+  member fetches from ``min n[s]`` over its slots and scans the partition in order, so the
+  cursor of a slot also advances over the records of other slots the scan passes (a slot with
+  no traffic does not hold the committed offset back). When a newly won slot starts below the
+  scan, the fetch moves back (a new *fetch epoch*: records fetched before it are dropped).
+* **Lease.** Records are handed out only while this member's last claim or heartbeat about
+  the partition, *seen applied in the log*, is less than one HI old. Others may take its slots
+  only after 2 HI, so two members never deliver a slot at once. A lapsed lease stops delivery
+  (nothing is released: records handed out may still be uncommitted) until a heartbeat is
+  confirmed again.
+* **Heartbeat.** Every 0.6 to 0.8 HI for each partition where it owns slots:
+  ``KeyRangesHeartbeat(offset=W)``, ``W`` = the lowest of the handed-out offsets not yet
+  committed on the partition and of the cursors ``n[s]`` of its slots (a slot just won may
+  start below the records in processing). Every record of every slot it owns below ``W`` was
+  processed. After a crash, the successors re-deliver from there: about one HI
+  of records, and everything from the oldest uncommitted record on (the heartbeat carries one
+  offset for the whole partition).
+* **Restarts.** A process that finds slots held under its own client id by another live
+  instance waits 1.25 HI; if that instance wrote anything meanwhile it stops with
+  :class:`~marshal_py.errors.ClientIdInUseError`, otherwise it claims them all back (the
+  rationalizer grants a same-client claim at once) and balances afterwards.
+* **Leave.** ``close()`` releases every slot at its cursor (after the caller applied the
+  pending commits; uncommitted records are released at their own offset so they come again)
+  and writes ``MemberHeartbeat(active=0)``.
+
+Like :class:`~marshal_py.client.engine.MemberEngine` it never starts a thread and never reads
+a clock or a random source of its own: the caller passes them.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from marshal_py.client.channel import DEFAULT_CHECKPOINT_INTERVAL_MS, CoordinationChannel
+from marshal_py.client.engine_types import EngineClock, OffsetReset, PartitionSource
+from marshal_py.errors import ClientIdInUseError, ConfigurationError, MarshalError
+from marshal_py.log.base import CoordinationLog
+from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
+from marshal_py.protocol import (
+    KEY_SLOTS,
+    ClaimingKeyRanges,
+    KeyRangesHeartbeat,
+    MemberHeartbeat,
+    Message,
+    ReleasingKeyRanges,
+    format_ranges,
+    ranges_of,
+)
+from marshal_py.world import Owner, Rationalizer, sticky_assignment
+from marshal_py.world.key_shared import KeySharedPartition
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class KeySharedConfig:
+    """Settings of one key-shared member. Times in milliseconds."""
+
+    group_id: str
+    client_id: str
+    instance_id: str
+    topics: tuple[str, ...]
+    heartbeat_interval_ms: int = 10_000
+    offset_reset: OffsetReset = "latest"
+    replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS
+    checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS
+
+    def __post_init__(self) -> None:
+        if not self.group_id:
+            raise ConfigurationError("group_id is empty; name the consumer group")
+        if not self.client_id:
+            raise ConfigurationError("client_id is empty")
+        if not self.instance_id:
+            raise ConfigurationError("instance_id is empty")
+        if not self.topics or any(not t for t in self.topics):
+            raise ConfigurationError("give at least one topic to consume, none empty")
+        if self.offset_reset not in ("latest", "earliest"):
+            raise ConfigurationError(
+                f"offset_reset must be 'latest' or 'earliest', not {self.offset_reset!r}"
+            )
+        if self.heartbeat_interval_ms < 10:
+            raise ConfigurationError("heartbeat_interval must be at least 0.01 s")
+        if self.replay_window_ms < 0:
+            raise ConfigurationError("replay_window must be >= 0 (0: everything)")
+        if self.checkpoint_interval_ms < 1000:
+            raise ConfigurationError("checkpoint_interval must be at least 1 second")
+
+    @property
+    def renew_interval_ms(self) -> int:
+        """How often an owner re-sends the claim of its slots (PROTOCOL.md, bounded replay)."""
+        if self.replay_window_ms <= 0:
+            return DEFAULT_REPLAY_WINDOW_MS // 4
+        return max(self.heartbeat_interval_ms, self.replay_window_ms // 4)
+
+
+@dataclass
+class KeySharedStats:
+    """Counters a caller can show or assert on."""
+
+    claims: int = 0
+    slots_proposed: int = 0
+    slots_won: int = 0
+    slots_released: int = 0
+    slots_lost: int = 0
+    heartbeats: int = 0
+    heartbeat_failures: int = 0
+    delivered: int = 0
+    #: Records offered by the caller that were not this member's to hand out (other slots,
+    #: or already past the slot's cursor): the price of every member reading the partition.
+    skipped: int = 0
+    seeks: int = 0
+
+
+@dataclass
+class SlotHolding:
+    """This member's slots of one partition and its delivery cursors there."""
+
+    topic: str
+    partition: int
+    #: Slots this member owns in the log (as last read), including those being released.
+    owned: set[int] = field(default_factory=set)
+    #: Owned slots whose records are handed out (not being released).
+    active: set[int] = field(default_factory=set)
+    #: n[s]: the next offset of slot s to hand out, for every owned slot. For an active slot
+    #: the effective cursor is max(n[s], scan): the scan passed every record below it.
+    cursor: dict[int, int] = field(default_factory=dict)
+    #: Next offset the caller will offer in this fetch epoch (None while nothing is active).
+    scan: int | None = None
+    epoch: int = 0
+    #: Handed out, not yet committed: offset -> slot.
+    outstanding: dict[int, int] = field(default_factory=dict)
+    per_slot: Counter[int] = field(default_factory=Counter)
+    #: Broker time of our last claim or heartbeat seen applied in the log, plus one HI.
+    lease_until_ms: int = 0
+    next_heartbeat_ms: int = 0
+    last_renewal_ms: int = 0
+    #: The last sticky assignment and its inputs (live owners, members).
+    target_inputs: tuple[list[Owner | None], list[Owner]] | None = None
+    target: list[Owner | None] = field(default_factory=list)
+
+    def effective(self, slot: int) -> int:
+        """The slot's next offset to hand out, counting what the scan passed over."""
+        n = self.cursor[slot]
+        if slot in self.active and self.scan is not None and self.scan > n:
+            return self.scan
+        return n
+
+    def materialize(self, upto: int | None = None) -> None:
+        """Fold the scan position (or ``upto``) into the cursors of the active slots."""
+        position = self.scan if upto is None else upto
+        if position is None:
+            return
+        for slot in self.active:
+            if self.cursor[slot] < position:
+                self.cursor[slot] = position
+
+    def commit_floor(self) -> int | None:
+        """W: the offset a heartbeat commits for every owned slot (None when none owned).
+
+        The lowest of the uncommitted handed-out offsets and of the slots' cursors: a slot
+        won while records of other slots are in processing may start below all of them.
+        """
+        if not self.owned:
+            return None
+        floor = min(self.effective(s) for s in self.owned)
+        if self.outstanding:
+            floor = min(floor, min(self.outstanding))
+        return floor
+
+    def drop(self, slots: Iterable[int]) -> None:
+        """Forget slots no longer owned (released or lost) and their uncommitted records."""
+        gone = set(slots)
+        if not gone:
+            return
+        self.owned -= gone
+        self.active -= gone
+        for slot in gone:
+            self.cursor.pop(slot, None)
+            self.per_slot.pop(slot, None)
+        for offset in [o for o, s in self.outstanding.items() if s in gone]:
+            del self.outstanding[offset]
+
+
+def _distinct(owners: list[Owner | None]) -> list[Owner]:
+    """The distinct owners of a slot list, found by identity first (cheap: the log's
+    ``Owner`` objects are shared by the slots of one claim)."""
+    by_id = dict(zip(map(id, owners), owners, strict=True))
+    return [o for o in set(by_id.values()) if o is not None]
+
+
+class KeySharedEngine:
+    """One member of a key-shared group (see the module docstring for its duties).
+
+    Call :meth:`start` once, then :meth:`tick` regularly (several times per heartbeat
+    interval); fetch each partition of :meth:`fetch_plan` from its position and offer every
+    fetched record, in offset order, to :meth:`deliver` right before handing it out; report
+    processed records with :meth:`commit`; :meth:`close` at the end. Not thread-safe: the
+    caller serializes calls.
+    """
+
+    def __init__(self, config: KeySharedConfig, log_: CoordinationLog,
+                 rationalizer: Rationalizer, source: PartitionSource, clock: EngineClock,
+                 rng: random.Random) -> None:
+        self.config = config
+        self.log = log_
+        self.rationalizer = rationalizer
+        self.source = source
+        self.clock = clock
+        self.rng = rng
+        self.me = Owner(config.instance_id, config.client_id)
+        self.holdings: dict[TP, SlotHolding] = {}
+        self.stats = KeySharedStats()
+        self.channel = CoordinationChannel(log_, rationalizer, clock, config.topics,
+                                           group=config.group_id,
+                                           checkpoint_interval_ms=config.checkpoint_interval_ms)
+        self._joined_ms: int | None = None
+        self._reclaim_after_ms: int | None = None
+        self._next_member_heartbeat_ms = 0
+        self._closed = False
+
+    @property
+    def hi(self) -> int:
+        """Heartbeat interval in milliseconds."""
+        return self.config.heartbeat_interval_ms
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._closed
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Replay the coordination log, announce this member, and look for a predecessor."""
+        self.channel.open(self.config.replay_window_ms)
+        joined = [self._append(self._member_heartbeat(t, active=True)) for t in self.config.topics]
+        self._joined_ms = min(joined)
+        self._next_member_heartbeat_ms = self.clock.now_ms() + self._jittered()
+        self.channel.catch_up()
+        if self._predecessor_slots():
+            # A previous process of this client may still own slots. Dead, it writes nothing
+            # more; alive, it heartbeats within one interval.
+            self._reclaim_after_ms = self._joined_ms + self.hi + self.hi // 4
+            log.info("%s: waiting one heartbeat interval before reclaiming key slots held "
+                     "under client id %s", self.config.group_id, self.config.client_id)
+
+    def close(self) -> None:
+        """Release every slot at its cursor (uncommitted records at their own offset, so
+        they come again) and leave the group. Apply pending commits first."""
+        if self._closed:
+            return
+        self._closed = True
+        for holding in list(self.holdings.values()):
+            holding.materialize()
+            offsets: dict[int, int] = {}
+            for slot in holding.owned:
+                offsets[slot] = holding.cursor[slot]
+            for offset, slot in holding.outstanding.items():
+                offsets[slot] = min(offsets.get(slot, offset), offset)
+            try:
+                self._release(holding, offsets)
+            except MarshalError as exc:
+                log.warning("could not release the key slots of %s/%d: %s", holding.topic,
+                            holding.partition, exc)
+        self.holdings.clear()
+        for topic in self.config.topics:
+            try:
+                self._append(self._member_heartbeat(topic, active=False))
+            except MarshalError as exc:
+                log.warning("could not announce leaving %s: %s", topic, exc)
+
+    # -- the periodic step -------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Catch up, drop lost slots, heartbeat, renew, then claim and release toward the
+        target."""
+        if self._closed:
+            return
+        caught_up = self._refresh()
+        if self._send_heartbeats(self.clock.now_ms()) and caught_up:
+            caught_up = self._refresh()  # read our heartbeats back: that renews the leases
+        if not caught_up:
+            return
+        now = self.clock.now_ms()
+        if now >= self._next_member_heartbeat_ms:
+            for topic in self.config.topics:
+                self._try_append(self._member_heartbeat(topic, active=True))
+            self._next_member_heartbeat_ms = now + self._jittered()
+        for topic in self.config.topics:
+            count = self.source.partition_count(topic) or 0
+            for partition in range(count):
+                self._balance(topic, partition)
+        self.channel.maybe_checkpoint(self.me)
+
+    def _jittered(self) -> int:
+        return int(self.hi * self.rng.uniform(0.6, 0.8))
+
+    def _state(self, topic: str, partition: int) -> KeySharedPartition | None:
+        return self.rationalizer.key_shared_partition(self.config.group_id, topic, partition)
+
+    def _refresh(self) -> bool:
+        """Catch up with the log and reconcile every holding with it; False if the log failed."""
+        try:
+            self.channel.catch_up()
+        except MarshalError as exc:
+            log.warning("cannot read the coordination log: %s", exc)
+            return False
+        for (topic, partition), holding in self.holdings.items():
+            state = self._state(topic, partition)
+            if state is None:
+                lost = set(holding.owned)
+                found: set[int] = set()
+            else:
+                owners = state.owners()
+                iid, cid = self.me.instance_id, self.me.client_id
+                ours = {s for s, o in enumerate(owners)
+                        if o is not None and o.instance_id == iid and o.client_id == cid}
+                lost = holding.owned - ours
+                found = ours - holding.owned
+            if lost:
+                holding.materialize()
+                holding.drop(lost)
+                self.stats.slots_lost += len(lost)
+                log.warning("lost %d key slots of %s/%d to other members; stopped delivering "
+                            "them", len(lost), topic, partition)
+            if found:  # a claim of ours the log applied while we could not read it back
+                self._adopt(holding, found)
+            seen = None if state is None else state.last_seen.get(self.me)
+            holding.lease_until_ms = 0 if seen is None else seen + self.hi
+        return True
+
+    def _send_heartbeats(self, now: int) -> bool:
+        sent = False
+        for holding in self.holdings.values():
+            if not holding.owned:
+                continue
+            # Renew the claim: keep it inside the replay window of members joining later.
+            if (now - holding.last_renewal_ms >= self.config.renew_interval_ms
+                    and self._try_append(self._claim_message(holding.topic, holding.partition,
+                                                             holding.owned))):
+                holding.last_renewal_ms = now
+                holding.next_heartbeat_ms = now
+            if now >= holding.next_heartbeat_ms:
+                sent = self._heartbeat(holding) or sent
+        return sent
+
+    def _heartbeat(self, holding: SlotHolding) -> bool:
+        floor = holding.commit_floor()
+        if floor is None:
+            return False
+        now = self.clock.now_ms()
+        ok = self._try_append(KeyRangesHeartbeat(
+            now // 1000, self.me.instance_id, self.me.client_id, self.config.group_id,
+            holding.topic, holding.partition, floor))
+        if ok:
+            holding.next_heartbeat_ms = now + self._jittered()
+            self.stats.heartbeats += 1
+        else:
+            holding.next_heartbeat_ms = now + min(1000, self.hi // 10)
+            self.stats.heartbeat_failures += 1
+        return ok
+
+    # -- target, claims and releases ----------------------------------------------------------
+
+    def _members(self, topic: str, now: int) -> list[Owner]:
+        """Live members (one per client id: this process stands for its own client)."""
+        members = {m for m in self.rationalizer.members(self.config.group_id, topic, now)
+                   if m.client_id != self.me.client_id}
+        members.add(self.me)
+        return sorted(members, key=lambda o: (o.client_id, o.instance_id))
+
+    def _live_owners(self, topic: str, partition: int, now: int) -> list[Owner | None]:
+        """Each slot's owner, None where unowned or stale (``KeySharedPartition.live_owners``,
+        without its per-slot hashing when nobody is stale: the common case)."""
+        state = self._state(topic, partition)
+        if state is None:
+            return [None] * KEY_SLOTS
+        if all(now - seen <= 2 * self.hi for seen in state.last_seen.values()):
+            owners = state.owners()
+            if all(o in state.last_seen for o in _distinct(owners)):
+                return owners
+        return state.live_owners(now, self.hi)
+
+    def target(self, topic: str, partition: int, now: int | None = None) -> list[Owner | None]:
+        """The target owner of every slot of a partition, as every member computes it."""
+        now = self.clock.now_ms() if now is None else now
+        return sticky_assignment(self._live_owners(topic, partition, now),
+                                 self._members(topic, now))
+
+    def _target(self, holding: SlotHolding, owners: list[Owner | None],
+                members: list[Owner]) -> list[Owner | None]:
+        """sticky_assignment, computed again only when its inputs changed."""
+        if holding.target_inputs != (owners, members):
+            holding.target_inputs = (owners, members)
+            holding.target = sticky_assignment(owners, members)
+        return holding.target
+
+    def _balance(self, topic: str, partition: int) -> None:
+        now = self.clock.now_ms()
+        owners = self._live_owners(topic, partition, now)
+        holding = self.holdings.get((topic, partition))
+        if holding is None:
+            holding = self.holdings[(topic, partition)] = SlotHolding(topic, partition)
+        target = self._target(holding, owners, self._members(topic, now))
+        me = self.me
+        mine = {s for s, t in enumerate(target) if t is me}  # the members list holds self.me
+        # Releases: stop handing out at once, write the release once all is committed.
+        leaving = holding.active - mine
+        if leaving:
+            holding.materialize()
+            holding.active -= leaving
+        returning = (holding.owned - holding.active) & mine
+        if returning:
+            self._activate(holding, returning)
+        releasable = {s: holding.cursor[s] for s in holding.owned - holding.active
+                      if not holding.per_slot.get(s)}
+        if releasable:
+            self._release(holding, releasable)
+        # Claims: free slots whose target is us, and a dead predecessor's slots (all of them).
+        wanted = [s for s in sorted(mine - holding.owned) if owners[s] is None]
+        predecessors = {o for o in _distinct(owners)
+                        if o.client_id == me.client_id and o != me}
+        if predecessors and self._may_reclaim(predecessors, now):
+            wanted = sorted(set(wanted) | {s for s, o in enumerate(owners)
+                                           if o is not None and o in predecessors})
+        if wanted:
+            self._claim(holding, wanted)
+
+    def _claim(self, holding: SlotHolding, slots: list[int]) -> None:
+        if not self._try_append(self._claim_message(holding.topic, holding.partition, slots)):
+            return
+        self.stats.claims += 1
+        self.stats.slots_proposed += len(slots)
+        self.channel.catch_up()  # read back: the log decided
+        state = self._state(holding.topic, holding.partition)
+        if state is None:
+            return
+        won = {s for s in slots if state.owner(s) == self.me} - holding.owned
+        if won:
+            seen = state.last_seen.get(self.me)
+            if seen is not None:
+                holding.lease_until_ms = seen + self.hi
+            self._adopt(holding, won)
+
+    def _adopt(self, holding: SlotHolding, slots: set[int]) -> None:
+        """Take up slots the log says we own: start each at its committed offset."""
+        state = self._state(holding.topic, holding.partition)
+        assert state is not None
+        beginning, end = self.source.offset_bounds(holding.topic, holding.partition)
+        reset = end if self.config.offset_reset == "latest" else beginning
+        uncommitted = False
+        starts: dict[int, int] = {}
+        for slot in slots:
+            committed = state.committed(slot)
+            if committed is None:
+                start, uncommitted = reset, True
+            elif committed < beginning:
+                start = beginning  # deleted by retention
+            elif committed > end:
+                start = reset
+            else:
+                start = committed
+            starts[slot] = start
+        if not holding.owned:
+            holding.last_renewal_ms = self.clock.now_ms()  # the claim was just written
+        holding.owned |= slots
+        holding.cursor.update(starts)
+        self._activate(holding, slots)
+        self.stats.slots_won += len(slots)
+        log.info("took %d key slots of %s/%d (now %d), starting at offset %d", len(slots),
+                 holding.topic, holding.partition, len(holding.owned), min(starts.values()))
+        if uncommitted:
+            self._heartbeat(holding)  # commit the starting offset at once
+
+    def _activate(self, holding: SlotHolding, slots: set[int]) -> None:
+        """Hand out ``slots`` (owned) again; move the scan back if one starts below it."""
+        lowest = min(holding.cursor[s] for s in slots)
+        if holding.scan is not None and holding.active:
+            holding.materialize()
+        holding.active |= slots
+        if holding.scan is None or lowest < holding.scan or not (holding.active - slots):
+            holding.scan = min(holding.cursor[s] for s in holding.active)
+            holding.epoch += 1
+            self.stats.seeks += 1
+
+    def _release(self, holding: SlotHolding, offsets: dict[int, int]) -> None:
+        """Write one ReleasingKeyRanges per distinct offset (slot -> release offset)."""
+        by_offset: dict[int, list[int]] = {}
+        for slot, offset in offsets.items():
+            by_offset.setdefault(offset, []).append(slot)
+        for offset, slots in sorted(by_offset.items()):
+            self._append(ReleasingKeyRanges(
+                self.clock.now_ms() // 1000, self.me.instance_id, self.me.client_id,
+                self.config.group_id, holding.topic, holding.partition,
+                format_ranges(ranges_of(slots)), offset))
+            holding.drop(slots)
+            self.stats.slots_released += len(slots)
+            log.info("released %d key slots of %s/%d at offset %d", len(slots), holding.topic,
+                     holding.partition, offset)
+
+    # -- restarts -------------------------------------------------------------------------------
+
+    def _predecessor_slots(self) -> list[Owner]:
+        now = self.clock.now_ms()
+        found = []
+        for topic in self.config.topics:
+            for _key, state in self.rationalizer.key_shared_partitions(self.config.group_id,
+                                                                       topic):
+                found += [o for o in state.live_owners(now, self.hi)
+                          if o is not None and o.client_id == self.me.client_id
+                          and o != self.me]
+        return found
+
+    def reclaim_pending(self) -> bool:
+        """True while slots held under our client id by a previous process wait to be taken
+        back (at most until they go stale)."""
+        if self._reclaim_after_ms is None:
+            return False
+        return self.clock.now_ms() < self._reclaim_after_ms or bool(self._predecessor_slots())
+
+    def _may_reclaim(self, owners: set[Owner], now: int) -> bool:
+        """May this process take over slots of other instances of the same client?"""
+        assert self._joined_ms is not None
+        for owner in owners:
+            for topic in self.config.topics:
+                seen = self.rationalizer.member_last_seen(self.config.group_id,
+                                                          topic).get(owner)
+                if seen is not None and seen > self._joined_ms:
+                    raise ClientIdInUseError(
+                        f"client id {self.me.client_id!r} of group {self.config.group_id!r} "
+                        f"is in use by a live process (instance {owner.instance_id}); give "
+                        "every process its own client id"
+                    )
+        return self._reclaim_after_ms is None or now >= self._reclaim_after_ms
+
+    # -- delivery --------------------------------------------------------------------------------
+
+    def fetch_plan(self) -> dict[TP, tuple[int, int]]:
+        """Partitions to fetch, each with (fetch epoch, position): fetch from the position
+        whenever the epoch changes; records fetched under an older epoch are not delivered.
+        A partition whose lease lapsed is left out until a heartbeat is confirmed again."""
+        now = self.clock.now_ms()
+        return {key: (h.epoch, h.scan) for key, h in self.holdings.items()
+                if h.active and h.scan is not None and now < h.lease_until_ms}
+
+    def deliver(self, topic: str, partition: int, epoch: int, offset: int, slot: int) -> bool:
+        """Offer a fetched record (in offset order) right before handing it out; True hands
+        it out and advances its slot's cursor past it.
+
+        False when it is not ours to hand out (another slot, a slot being released, already
+        handed out), when it was fetched under an older epoch, or when the lease lapsed —
+        then the epoch moves on and the partition is fetched again from this record.
+        """
+        holding = self.holdings.get((topic, partition))
+        if (holding is None or holding.epoch != epoch or holding.scan is None
+                or offset < holding.scan):
+            return False
+        if self.clock.now_ms() >= holding.lease_until_ms:
+            holding.materialize(offset)
+            holding.scan = offset
+            holding.epoch += 1
+            self.stats.seeks += 1
+            return False
+        holding.scan = offset + 1
+        if slot not in holding.active or offset < holding.cursor[slot]:
+            self.stats.skipped += 1
+            return False
+        holding.cursor[slot] = offset + 1
+        holding.outstanding[offset] = slot
+        holding.per_slot[slot] += 1
+        self.stats.delivered += 1
+        return True
+
+    def commit(self, topic: str, partition: int, offset: int) -> bool:
+        """Mark a handed-out record processed. False if it was not outstanding (its slot was
+        lost meanwhile, or it was committed already)."""
+        holding = self.holdings.get((topic, partition))
+        if holding is None:
+            return False
+        slot = holding.outstanding.pop(offset, None)
+        if slot is None:
+            return False
+        left = holding.per_slot[slot] - 1
+        if left:
+            holding.per_slot[slot] = left
+        else:
+            del holding.per_slot[slot]
+        return True
+
+    def may_deliver(self, topic: str, partition: int, slot: int) -> bool:
+        """Would a record of ``slot`` be handed out now (owned, not releasing, lease valid)?"""
+        holding = self.holdings.get((topic, partition))
+        return (holding is not None and slot in holding.active
+                and self.clock.now_ms() < holding.lease_until_ms)
+
+    def owns(self, topic: str, partition: int, slot: int) -> bool:
+        """Is ``slot`` of the partition ours (as last read from the log)?"""
+        holding = self.holdings.get((topic, partition))
+        return holding is not None and slot in holding.owned
+
+    def slots(self, topic: str, partition: int) -> set[int]:
+        """The slots of a partition this member owns (a copy)."""
+        holding = self.holdings.get((topic, partition))
+        return set() if holding is None else set(holding.owned)
+
+    def uncommitted(self) -> int:
+        """Records handed out and not yet committed, over all partitions."""
+        return sum(len(h.outstanding) for h in self.holdings.values())
+
+    def flush_commits(self) -> None:
+        """Heartbeat every partition where we own slots now (e.g. before a planned pause)."""
+        for holding in self.holdings.values():
+            if holding.owned:
+                self._heartbeat(holding)
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def _claim_message(self, topic: str, partition: int, slots: Iterable[int]) -> Message:
+        return ClaimingKeyRanges(self.clock.now_ms() // 1000, self.me.instance_id,
+                                 self.me.client_id, self.config.group_id, topic, partition,
+                                 format_ranges(ranges_of(slots)))
+
+    def _member_heartbeat(self, topic: str, *, active: bool) -> Message:
+        return MemberHeartbeat(self.clock.now_ms() // 1000, self.me.instance_id,
+                               self.me.client_id, self.config.group_id, topic, int(active))
+
+    def _append(self, message: Message) -> int:
+        return self.channel.append(message)
+
+    def _try_append(self, message: Message) -> bool:
+        try:
+            self._append(message)
+        except MarshalError as exc:
+            log.warning("could not write %s for %s: %s", type(message).__name__,
+                        message.topic, exc)
+            return False
+        return True
