@@ -30,14 +30,14 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
+from bench.audit import broker
 from marshal_py import Marshaler
-from marshal_py.devbroker import KAFKA_VERSION, DevBroker
+from marshal_py.devbroker import KAFKA_VERSION
 from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
 from marshal_py.protocol import ClaimingPartition, Heartbeat, MemberHeartbeat, Message, encode
 
@@ -45,19 +45,6 @@ HI_S = 10.0
 PARTITIONS = 12
 GROUPS = ("orders.billing", "orders.search", "orders.audit")
 MEMBERS = 3
-
-
-@contextmanager
-def broker(bootstrap: str | None) -> Iterator[str]:
-    if bootstrap:
-        yield bootstrap
-        return
-    dev = DevBroker()
-    dev.start()
-    try:
-        yield dev.bootstrap_servers
-    finally:
-        dev.stop()
 
 
 def say(message: str) -> None:
