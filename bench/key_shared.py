@@ -33,26 +33,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import queue
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from bench.cli_process import ROOT
 from bench.consumer import BenchError, load, machine_line, median_range, table, wait_for
+from bench.worker_process import WorkerProcess
 from marshal_py.devbroker import DevBroker
-from marshal_py.jvm import die_with_parent
 from marshal_py.protocol import format_ranges, parse_ranges, ranges_of
 
 HI_S = 1.0
@@ -113,84 +108,20 @@ def worker_main() -> None:
              delivered_bytes=stats.bytes_delivered)
 
 
-class Worker:
-    """A ``python -m bench.key_shared --worker`` process, driven over stdin and stdout."""
+class Worker(WorkerProcess):
+    """A ``python -m bench.key_shared --worker`` process, driven over stdin and stdout: it
+    gets its order at once and reports progress, which is kept in :attr:`progress`."""
 
     def __init__(self, name: str, order: dict[str, Any]) -> None:
-        self.name = name
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.key_shared", "--worker"], cwd=ROOT,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=die_with_parent(os.getpid()),
-        )
-        self.messages: queue.Queue[dict[str, Any]] = queue.Queue()
         self.progress = 0
-        self._stderr: deque[str] = deque(maxlen=20)
-        for target in (self._read_stdout, self._read_stderr):
-            threading.Thread(target=target, daemon=True, name=f"{name}-reader").start()
+        super().__init__(name, "bench.key_shared")
         self.send(json.dumps(order))
 
-    def _read_stdout(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            try:
-                message = json.loads(raw)
-            except ValueError:
-                self._stderr.append(f"stdout: {raw.rstrip()}")
-                continue
-            if "progress" in message:
-                self.progress = message["progress"]
-            else:
-                self.messages.put(message)
-
-    def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for raw in self.proc.stderr:
-            self._stderr.append(raw.rstrip())
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(line + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError) as exc:
-            raise BenchError(f"worker {self.name} is gone ({exc}): {self.stderr_tail()}") \
-                from exc
-
-    def receive(self, key: str, timeout_s: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                message = self.messages.get(timeout=0.1)
-            except queue.Empty:
-                if self.proc.poll() is not None:
-                    raise BenchError(f"worker {self.name} exited with {self.proc.returncode}: "
-                                     f"{self.stderr_tail()}") from None
-                if time.monotonic() >= deadline:
-                    raise BenchError(f"timed out after {timeout_s:.0f} s waiting for worker "
-                                     f"{self.name} ({key}): {self.stderr_tail()}") from None
-                continue
-            if key in message:
-                return message
-
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise BenchError(f"worker {self.name} exited with {self.proc.returncode}: "
-                             f"{self.stderr_tail()}")
-
-    def stderr_tail(self) -> str:
-        return " | ".join(list(self._stderr)[-5:]) or "no output"
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(BenchError, OSError):
-                self.send("stop")
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
+    def on_message(self, message: dict[str, Any]) -> bool:
+        if "progress" in message:
+            self.progress = message["progress"]
+            return True
+        return False
 
 
 @contextlib.contextmanager
@@ -202,7 +133,7 @@ def workers(orders: list[dict[str, Any]]) -> Iterator[list[Worker]]:
         yield started
     finally:
         for worker in started:
-            worker.close()
+            worker.stop()
 
 
 # -- a run ------------------------------------------------------------------------------------

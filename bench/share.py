@@ -52,16 +52,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import queue
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,7 +66,7 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from bench.cli_process import ROOT, CliProcess
+from bench.cli_process import CliProcess
 from bench.consumer import (
     BenchError,
     load,
@@ -78,8 +75,8 @@ from bench.consumer import (
     table,
     wait_for,
 )
+from bench.worker_process import WorkerProcess
 from marshal_py.devbroker import DevBroker
-from marshal_py.jvm import die_with_parent
 from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
 from marshal_py.protocol import coordination_partition, format_ranges, parse_ranges, ranges_of
 from marshal_py.world import Rationalizer, RationalizerConfig
@@ -197,86 +194,11 @@ def _consume(marshaler: Any, topic: str, work_ms: float) -> dict[str, Any]:
     }
 
 
-class Worker:
+class Worker(WorkerProcess):
     """A ``python -m bench.share --worker`` process, driven over its stdin and stdout."""
 
     def __init__(self, name: str) -> None:
-        self.name = name
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.share", "--worker"], cwd=ROOT,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=die_with_parent(os.getpid()),
-        )
-        self.messages: queue.Queue[dict[str, Any]] = queue.Queue()
-        self._stderr: deque[str] = deque(maxlen=20)
-        for target in (self._read_stdout, self._read_stderr):
-            threading.Thread(target=target, daemon=True, name=f"{name}-reader").start()
-
-    def _read_stdout(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            try:
-                self.messages.put(json.loads(raw))
-            except ValueError:
-                self._stderr.append(f"stdout: {raw.rstrip()}")
-
-    def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for raw in self.proc.stderr:
-            self._stderr.append(raw.rstrip())
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(line + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError) as exc:
-            raise BenchError(f"worker {self.name} is gone ({exc}): {self.stderr_tail()}") \
-                from exc
-
-    def receive(self, key: str, timeout_s: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                message = self.messages.get(timeout=0.1)
-            except queue.Empty:
-                if self.proc.poll() is not None:
-                    raise BenchError(f"worker {self.name} exited with {self.proc.returncode}: "
-                                     f"{self.stderr_tail()}") from None
-                if time.monotonic() >= deadline:
-                    raise BenchError(f"timed out after {timeout_s:.0f} s waiting for worker "
-                                     f"{self.name} ({key}): {self.stderr_tail()}") from None
-                continue
-            if message.get("error") and key not in message:
-                raise BenchError(f"worker {self.name}: {message['error']}")
-            if key in message:
-                return message
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stderr_tail(self) -> str:
-        return " | ".join(list(self._stderr)[-5:]) or "no output"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(BenchError):
-                self.send("stop")  # harmless when idle; ends a run in progress
-            with contextlib.suppress(BenchError):
-                self.send("exit")
-            with contextlib.suppress(OSError):
-                assert self.proc.stdin is not None
-                self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.terminate()
-                try:
-                    self.proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
+        super().__init__(name, "bench.share")
 
 
 @contextlib.contextmanager

@@ -9,14 +9,20 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn, cast
 
 import click
 
 from marshal_py.admin.admin_commands import metrics_options, start_metrics
+from marshal_py.admin.cli_common import (
+    Progress,
+    kafka_options,
+    open_log,
+    print_table,
+    replay_options,
+)
 from marshal_py.admin.world_view import (
     RECORD_COLUMNS,
     SHARE_COLUMNS,
@@ -31,13 +37,10 @@ from marshal_py.client.engine_types import Balance, Mode, OffsetReset
 from marshal_py.client.key_shared_consumer import KeySharedConsumer
 from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
 from marshal_py.errors import MarshalError
-from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up, follow, seek_to_window
+from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
+from marshal_py.log.replay import catch_up, follow, seek_to_window
 from marshal_py.protocol.codec import DecodeError, decode
 from marshal_py.world.rationalizer import Outcome, Rationalizer, RationalizerConfig
-
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-BOOTSTRAP_ENV = "MARSHAL_BOOTSTRAP_SERVERS"
 
 
 def _fail(command: str, message: str) -> NoReturn:
@@ -45,97 +48,10 @@ def _fail(command: str, message: str) -> NoReturn:
     sys.exit(2)
 
 
-def kafka_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--bootstrap-servers, --coordination-topic and --timeout, shared by every Kafka command."""
-    func = click.option(
-        "--timeout",
-        type=click.FloatRange(min=0.1),
-        default=15.0,
-        show_default=True,
-        help="Seconds to wait for the broker before giving up.",
-    )(func)
-    func = click.option(
-        "--coordination-topic",
-        default=DEFAULT_COORDINATION_TOPIC,
-        show_default=True,
-        help="Name of the coordination topic.",
-    )(func)
-    func = click.option(
-        "--bootstrap-servers",
-        envvar=BOOTSTRAP_ENV,
-        default=DEFAULT_BOOTSTRAP,
-        show_default=f"${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP}",
-        help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT].",
-    )(func)
-    return func
-
-
-def replay_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--heartbeat-interval and --replay-window, shared by commands that rationalize."""
-    func = click.option(
-        "--replay-window",
-        type=click.FloatRange(min=0),
-        default=DEFAULT_REPLAY_WINDOW_MS / 1000,
-        show_default=True,
-        help="Seconds of coordination log to replay (0: everything retained).",
-    )(func)
-    func = click.option(
-        "--heartbeat-interval",
-        type=click.FloatRange(min=0.001),
-        default=10.0,
-        show_default=True,
-        help="The group's heartbeat interval in seconds (must match its consumers').",
-    )(func)
-    return func
-
-
-@contextmanager
-def _open_log(
-    bootstrap_servers: str, coordination_topic: str, timeout: float
-) -> Iterator[KafkaLog]:
-    config = KafkaLogConfig(
-        bootstrap_servers=bootstrap_servers,
-        topic=coordination_topic,
-        create_topic=False,
-        timeout_s=timeout,
-    )
-    log = KafkaLog(config)
-    try:
-        yield log
-    finally:
-        log.close()
-
-
-class _Progress:
-    """Prints replay progress to stderr about once a second on long replays."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.last = time.monotonic()
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if self.enabled and now - self.last >= 1.0:
-            self.last = now
-            click.echo(f"replayed {done:,}/{total:,} coordination records", err=True)
-
-
 def _iso(ms: int | None) -> str:
     if ms is None:
         return "-"
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
-
-
-def _cell(value: object) -> str:
-    return "-" if value is None else str(value)
-
-
-def _print_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
-    click.echo("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
-    for r in cells:
-        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
 
 
 class MarshalGroup(click.Group):
@@ -183,16 +99,18 @@ def main(verbose: int) -> None:
 @click.option("--records", is_flag=True,
               help="Show every in-flight record of the share-partitions.")
 def state(bootstrap_servers: str, coordination_topic: str, timeout: float,
-          heartbeat_interval: float, replay_window: float, group: str | None,
+          heartbeat_interval: float, replay_window: float, offsets_retention: float,
+          group: str | None,
           topic: str | None, as_json: bool, shares: bool, records: bool) -> None:
     """Print the rationalized world state: who owns which partition, and what is committed."""
-    with _open_log(bootstrap_servers, coordination_topic, timeout) as log:
+    with open_log(bootstrap_servers, coordination_topic, timeout) as log:
         view = load_world(
             log,
             heartbeat_interval_ms=int(heartbeat_interval * 1000),
             window_ms=int(replay_window * 1000),
             topic=topic,
-            progress=_Progress(sys.stderr.isatty()),
+            offsets_retention_ms=int(offsets_retention * 1000),
+            progress=Progress(),
         )
     rows = state_rows(view, group=group, topic=topic)
     share_table = share_rows(view, group=group, topic=topic)
@@ -208,14 +126,14 @@ def state(bootstrap_servers: str, coordination_topic: str, timeout: float,
         click.echo(json.dumps(chosen, indent=2))
         return
     if rows:
-        _print_table(STATE_COLUMNS, [[getattr(r, c) for c in STATE_COLUMNS] for r in rows])
+        print_table(STATE_COLUMNS, [[getattr(r, c) for c in STATE_COLUMNS] for r in rows])
     if share_table:
         if rows:
             click.echo()
-        _print_table(SHARE_COLUMNS, [[r[c] for c in SHARE_COLUMNS] for r in share_table])
+        print_table(SHARE_COLUMNS, [[r[c] for c in SHARE_COLUMNS] for r in share_table])
     if record_table:
         click.echo()
-        _print_table(RECORD_COLUMNS, [[r[c] for c in RECORD_COLUMNS] for r in record_table])
+        print_table(RECORD_COLUMNS, [[r[c] for c in RECORD_COLUMNS] for r in record_table])
     if not rows and not share_table:
         click.echo(f"no claims in {coordination_topic} (replayed {view.applied} records)")
     counters = view.rationalizer
@@ -259,7 +177,8 @@ def _tail_line(outcome: Outcome) -> dict[str, object]:
               help="Keep printing new records until stopped.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def tail(bootstrap_servers: str, coordination_topic: str, timeout: float,
-         heartbeat_interval: float, replay_window: float, partitions: tuple[int, ...],
+         heartbeat_interval: float, replay_window: float, offsets_retention: float,
+         partitions: tuple[int, ...],
          lines: int, follow_log: bool, as_json: bool) -> None:
     """Print the decoded coordination log with each record's verdict.
 
@@ -276,7 +195,7 @@ def tail(bootstrap_servers: str, coordination_topic: str, timeout: float,
                        f"{line['verdict']:<16} {line['record']}")
 
     stop = threading.Event()
-    with _open_log(bootstrap_servers, coordination_topic, timeout) as log:
+    with open_log(bootstrap_servers, coordination_topic, timeout) as log:
         count = log.partition_count()
         chosen = tuple(sorted(set(partitions))) or tuple(range(count))
         bad = [p for p in chosen if p >= count]
@@ -287,7 +206,8 @@ def tail(bootstrap_servers: str, coordination_topic: str, timeout: float,
             )
         ends = {p: log.end_position(p) for p in chosen}
         rationalizer = Rationalizer(RationalizerConfig(
-            coordination_partitions=count, heartbeat_interval_ms=int(heartbeat_interval * 1000)))
+            coordination_partitions=count, heartbeat_interval_ms=int(heartbeat_interval * 1000),
+            offsets_retention_ms=int(offsets_retention * 1000)))
 
         def observe(outcome: Outcome) -> None:
             if outcome.record.position >= ends[outcome.record.partition] - lines:
@@ -296,7 +216,7 @@ def tail(bootstrap_servers: str, coordination_topic: str, timeout: float,
         rationalizer.observe(observe)
         seek_to_window(log, rationalizer, chosen, int(time.time() * 1000),
                        int(replay_window * 1000))
-        catch_up(log, rationalizer, chosen, progress=_Progress(sys.stderr.isatty()))
+        catch_up(log, rationalizer, chosen, progress=Progress())
         if not follow_log:
             return
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())

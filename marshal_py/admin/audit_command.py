@@ -14,10 +14,9 @@ import click
 
 from marshal_py.admin.audit import COORDINATION, SUMMARY, aligned
 from marshal_py.admin.audit_local import AuditResult, prepare_output, run_local_audit
+from marshal_py.admin.cli_common import kafka_options
 from marshal_py.errors import ConfigurationError, MarshalError
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-BOOTSTRAP_ENV = "MARSHAL_BOOTSTRAP_SERVERS"
 SPARK_HINT = "pip install marshal_py[spark]"
 
 
@@ -64,13 +63,7 @@ def _run(engine: str, bootstrap_servers: str, coordination_topic: str, timeout: 
 
 
 @click.command("audit")
-@click.option("--bootstrap-servers", envvar=BOOTSTRAP_ENV, default=DEFAULT_BOOTSTRAP,
-              show_default=f"${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP}",
-              help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT].")
-@click.option("--coordination-topic", default="__marshal", show_default=True,
-              help="Name of the coordination topic.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=15.0, show_default=True,
-              help="Seconds to wait for the broker before giving up.")
+@kafka_options
 @click.option("--engine", type=click.Choice(["local", "spark"]), default="local",
               show_default=True,
               help="local: one rationalizer in this process; spark: one per domain, in "

@@ -12,14 +12,11 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
-from kafka.errors import KafkaError
 
-from marshal_py.client.coordinator import CoordinationThread
-from marshal_py.client.delivery import DeliveryLoop
 from marshal_py.client.engine import MemberEngine
-from marshal_py.errors import BrokerUnavailableError
+from marshal_py.client.member_consumer import MemberConsumer
 from marshal_py.log.kafka import KafkaLogConfig
 
 if TYPE_CHECKING:
@@ -28,7 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Consumer(DeliveryLoop[ConsumerRecord]):
+class Consumer(MemberConsumer[ConsumerRecord]):
     """Iterate to receive records; ``commit(record)`` when done with one (at-least-once).
 
     Create it with :meth:`Marshaler.consumer`. At-least-once (``mode="alo"``): a record is
@@ -47,33 +44,19 @@ class Consumer(DeliveryLoop[ConsumerRecord]):
     def __init__(self, marshaler: Marshaler, engine: MemberEngine, topics: tuple[str, ...],
                  kafka: KafkaLogConfig, tick_interval_s: float,
                  amo_batch_size: int = 100) -> None:
-        super().__init__()
-        self._marshaler = marshaler
+        super().__init__(marshaler, kafka)
         self._engine = engine
-        self._lock = marshaler._lock
         self.topics = topics
         self.mode = engine.config.mode
         self._tick_interval_s = tick_interval_s
         # At-most-once confirms each fetched batch before handing it out; a crash loses at
         # most the rest of one batch, so batches stay small there.
         self._max_batch = amo_batch_size if self.mode == "amo" else 500
-        self._data = KafkaConsumer(
-            group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            fetch_max_wait_ms=200,
-            **kafka.client_config(KafkaConsumer),
-        )
-        self._epochs: dict[tuple[str, int], int] = {}
         # Commits from the application thread wait here (deque appends are thread-safe) and
         # are applied by the coordination thread right before it heartbeats.
         self._pending_commits: deque[tuple[str, int, int, int | None]] = deque()
         self._buffer: deque[tuple[ConsumerRecord, int]] = deque()
-        self._thread = CoordinationThread(
-            name="marshal-coordinator", lock=self._lock, step=self._step, stop=self._stop,
-            interval_s=tick_interval_s, is_closed=lambda: self._closed,
-            on_fatal=self._set_error)
-        self._thread.start()
+        self._start_coordination("marshal-coordinator", tick_interval_s)
 
     # -- background coordination --------------------------------------------------------------
 
@@ -86,30 +69,15 @@ class Consumer(DeliveryLoop[ConsumerRecord]):
     def _reconcile(self) -> None:
         with self._lock:
             wanted = self._engine.assignments()
-        current = {(tp.topic, tp.partition) for tp in self._data.assignment()}
-        if set(wanted) != current:
-            self._data.assign([TopicPartition(t, p) for t, p in wanted])
-            self._buffer = deque(
-                (r, e) for r, e in self._buffer if (r.topic, r.partition) in wanted
-            )
-        for key, (epoch, position) in wanted.items():
-            if self._epochs.get(key) != epoch:
-                self._epochs[key] = epoch
-                self._data.seek(TopicPartition(*key), position)
-        for key in list(self._epochs):
-            if key not in wanted:
-                del self._epochs[key]
+        if self._follow_plan(wanted):
+            self._buffer = self._current(self._buffer)
 
     def _fetch(self, timeout_s: float) -> None:
         self._reconcile()
         if not self._epochs:
             self._stop.wait(min(timeout_s, 0.2))
             return
-        try:
-            polled = self._data.poll(timeout_ms=int(timeout_s * 1000),
-                                     max_records=self._max_batch)
-        except KafkaError as exc:
-            raise BrokerUnavailableError(f"fetching records failed: {exc}") from exc
+        polled = self._poll_data(timeout_s, self._max_batch)
         for tp, records in polled.items():
             key = (tp.topic, tp.partition)
             epoch = self._epochs.get(key)
@@ -181,23 +149,10 @@ class Consumer(DeliveryLoop[ConsumerRecord]):
         with self._lock:
             return {TopicPartition(t, p) for t, p in self._engine.assignments()}
 
-    def close(self) -> None:
-        """Commit, release every partition with its offset, leave the group. Idempotent."""
-        if self._closed:
-            return
-        self._stop.set()
-        self._thread.join()
-        with self._lock:
-            self._closed = True
-            try:
-                self._apply_commits()
-                self._engine.close()
-            finally:
-                try:
-                    self._data.close()
-                except Exception:  # closing must not mask the error that led here
-                    log.debug("error closing the data consumer", exc_info=True)
-                self._marshaler._member_closed(self)
+    def _close_engine(self) -> None:
+        """Commit, release every partition with its offset, leave the group."""
+        self._apply_commits()
+        self._engine.close()
 
     def __enter__(self) -> Consumer:
         return self

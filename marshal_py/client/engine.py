@@ -14,23 +14,15 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from marshal_py.client.channel import DEFAULT_CHECKPOINT_INTERVAL_MS, CoordinationChannel
-from marshal_py.client.engine_types import (
-    Balance,
-    EngineClock,
-    Mode,
-    OffsetReset,
-    PartitionSource,
-)
+from marshal_py.client.engine_types import Balance, EngineClock, Mode, PartitionSource
+from marshal_py.client.member_base import GroupMember, MemberConfig
 from marshal_py.client.offsets import CommitTracker
-from marshal_py.errors import ClientIdInUseError, ConfigurationError, MarshalError
+from marshal_py.errors import ConfigurationError, MarshalError
 from marshal_py.log.base import CoordinationLog
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.protocol import (
     ClaimingMessages,
     ClaimingPartition,
     Heartbeat,
-    MemberHeartbeat,
     Message,
     ReleasingPartition,
 )
@@ -42,54 +34,26 @@ TP = tuple[str, int]
 
 
 @dataclass(frozen=True)
-class EngineConfig:
-    """Settings of one member. Times in milliseconds."""
+class EngineConfig(MemberConfig):
+    """Settings of one exclusive-mode member (on top of :class:`MemberConfig`)."""
 
-    group_id: str
-    client_id: str
-    instance_id: str
-    topics: tuple[str, ...]
     mode: Mode = "alo"
-    heartbeat_interval_ms: int = 10_000
-    offset_reset: OffsetReset = "latest"
     balance: Balance = "fair"
     max_claims: int | None = None
-    replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS
     #: Greedy members: release a partition whose lag exceeds this many records, when another
     #: live member holds fewer partitions and so could take it (None: never).
     release_lag: int | None = None
-    checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS
 
     def __post_init__(self) -> None:
-        if not self.group_id:
-            raise ConfigurationError("group_id is empty; name the consumer group")
-        if not self.client_id:
-            raise ConfigurationError("client_id is empty")
-        if not self.topics or any(not t for t in self.topics):
-            raise ConfigurationError("give at least one topic to consume, none empty")
+        super().__post_init__()
         if self.mode not in ("alo", "amo"):
             raise ConfigurationError(f"mode must be 'alo' or 'amo', not {self.mode!r}")
-        if self.offset_reset not in ("latest", "earliest"):
-            raise ConfigurationError(
-                f"offset_reset must be 'latest' or 'earliest', not {self.offset_reset!r}"
-            )
         if self.balance not in ("fair", "greedy"):
             raise ConfigurationError(f"balance must be 'fair' or 'greedy', not {self.balance!r}")
-        if self.heartbeat_interval_ms < 10:
-            raise ConfigurationError("heartbeat_interval must be at least 0.01 s")
         if self.max_claims is not None and self.max_claims < 1:
             raise ConfigurationError("max_claims must be >= 1 (or None for no limit)")
         if self.release_lag is not None and self.release_lag < 1:
             raise ConfigurationError("release_lag must be >= 1 record (or None)")
-        if self.checkpoint_interval_ms < 1000:
-            raise ConfigurationError("checkpoint_interval must be at least 1 second")
-
-    @property
-    def renew_interval_ms(self) -> int:
-        """How often an owner re-sends its claim (see PROTOCOL.md, bounded replay)."""
-        if self.replay_window_ms <= 0:
-            return DEFAULT_REPLAY_WINDOW_MS // 4
-        return max(self.heartbeat_interval_ms, self.replay_window_ms // 4)
 
 
 @dataclass
@@ -124,7 +88,7 @@ class EngineStats:
     claim_latencies_ms: list[int] = field(default_factory=list)
 
 
-class MemberEngine:
+class MemberEngine(GroupMember[EngineConfig]):
     """One member of a group: claims, heartbeats, balances, confirms and releases.
 
     Call :meth:`start` once, then :meth:`tick` regularly (several times per heartbeat
@@ -132,47 +96,21 @@ class MemberEngine:
     and :meth:`close` at the end. Not thread-safe: the caller serializes calls.
     """
 
-    def __init__(
-        self,
-        config: EngineConfig,
-        log_: CoordinationLog,
-        rationalizer: Rationalizer,
-        source: PartitionSource,
-        clock: EngineClock,
-        rng: random.Random,
-    ) -> None:
-        self.config = config
-        self.log = log_
-        self.rationalizer = rationalizer
-        self.source = source
-        self.clock = clock
-        self.rng = rng
-        self.me = Owner(config.instance_id, config.client_id)
+    def __init__(self, config: EngineConfig, log_: CoordinationLog, rationalizer: Rationalizer,
+                 source: PartitionSource, clock: EngineClock, rng: random.Random) -> None:
+        super().__init__(config, log_, rationalizer, source, clock, rng)
         self.holdings: dict[TP, Holding] = {}
         self.stats = EngineStats()
         self._epoch = 0
-        self._joined_ms: int | None = None
         self._reclaim_after_ms: int | None = None
-        self._next_member_heartbeat_ms = 0
         self._last_balance_release_ms: dict[str, int] = {}
-        self.channel = CoordinationChannel(log_, rationalizer, clock, config.topics,
-                                           group=config.group_id,
-                                           checkpoint_interval_ms=config.checkpoint_interval_ms)
-        self._closed = False
 
     # -- life cycle --------------------------------------------------------------------------
 
-    @property
-    def hi(self) -> int:
-        """Heartbeat interval in milliseconds."""
-        return self.config.heartbeat_interval_ms
-
     def start(self) -> None:
         """Replay the coordination log, announce this member, and look for a predecessor."""
-        self.channel.open(self.config.replay_window_ms)
-        joined = [self._append(self._member_heartbeat(t, active=True)) for t in self.config.topics]
-        self._joined_ms = min(joined)
-        self._next_member_heartbeat_ms = self.clock.now_ms() + self._jittered()
+        self._join()
+        assert self._joined_ms is not None
         if self._predecessor_claims():
             # A previous process of this client may still hold claims. If it is dead, it
             # writes nothing more; if it is alive, it heartbeats within one interval.
@@ -193,11 +131,7 @@ class MemberEngine:
                 self.stats.released += 1
             except MarshalError as exc:
                 log.warning("could not release %s/%d: %s", key[0], key[1], exc)
-        for topic in self.config.topics:
-            try:
-                self._append(self._member_heartbeat(topic, active=False))
-            except MarshalError as exc:
-                log.warning("could not announce leaving %s: %s", topic, exc)
+        self._leave()
 
     # -- the periodic step -------------------------------------------------------------------
 
@@ -212,20 +146,10 @@ class MemberEngine:
         self._expire_leases(self.clock.now_ms())
         if not caught_up:
             return
-        now = self.clock.now_ms()
-        if now >= self._next_member_heartbeat_ms:
-            for topic in self.config.topics:
-                self._try_append(self._member_heartbeat(topic, active=True))
-            self._next_member_heartbeat_ms = now + self._jittered()
+        self._announce_if_due(self.clock.now_ms())
         for topic in self.config.topics:
             self._balance(topic)
         self.channel.maybe_checkpoint(self.me)
-
-    def _jittered(self) -> int:
-        return int(self.hi * self.rng.uniform(0.6, 0.8))
-
-    def _catch_up(self) -> None:
-        self.channel.catch_up()
 
     def _refresh(self) -> bool:
         """Catch up with the log and update every holding from it; False if the log failed."""
@@ -285,13 +209,6 @@ class MemberEngine:
         return ok
 
     # -- balancing and claiming ---------------------------------------------------------------
-
-    def _members(self, topic: str, now: int) -> list[Owner]:
-        """Live members (one per client id: this process stands for its own client)."""
-        members = {m for m in self.rationalizer.members(self.config.group_id, topic, now)
-                   if m.client_id != self.me.client_id}
-        members.add(self.me)
-        return sorted(members, key=lambda o: (o.client_id, o.instance_id))
 
     def _held_by_client(self, topic: str, count: int, now: int) -> dict[str, int]:
         """How many partitions of ``topic`` each client id holds (fresh or unknown)."""
@@ -438,15 +355,7 @@ class MemberEngine:
 
     def _may_reclaim(self, owner: Owner, now: int) -> bool:
         """May this process take over claims of another instance of the same client?"""
-        assert self._joined_ms is not None
-        for topic in self.config.topics:
-            seen = self.rationalizer.member_last_seen(self.config.group_id, topic).get(owner)
-            if seen is not None and seen > self._joined_ms:
-                raise ClientIdInUseError(
-                    f"client id {self.me.client_id!r} of group {self.config.group_id!r} is in "
-                    f"use by a live process (instance {owner.instance_id}); give every "
-                    "process its own client id"
-                )
+        self._refuse_live_namesake(owner)
         return self._reclaim_after_ms is None or now >= self._reclaim_after_ms
 
     def _claim_some(self, topic: str, count: int, wanted: int, now: int) -> None:
@@ -619,24 +528,8 @@ class MemberEngine:
     def _release_message(self, holding: Holding) -> Message:
         return self._partition_message(ReleasingPartition, holding, holding.tracker.committed)
 
-    def _member_heartbeat(self, topic: str, *, active: bool) -> Message:
-        capacity = self.config.max_claims if self.config.max_claims is not None else -1
-        return MemberHeartbeat(self.clock.now_ms() // 1000, self.me.instance_id,
-                               self.me.client_id, self.config.group_id, topic, int(active),
-                               capacity)
-
-    def _append(self, message: Message) -> int:
-        """Write a message to its topic's coordination partition; return its broker time."""
-        return self.channel.append(message)
-
-    def _try_append(self, message: Message) -> bool:
-        try:
-            self._append(message)
-        except MarshalError as exc:
-            log.warning("could not write %s for %s: %s", type(message).__name__,
-                        message.topic, exc)
-            return False
-        return True
+    def _announced_capacity(self) -> int:
+        return self.config.max_claims if self.config.max_claims is not None else -1
 
 
 def held_partitions(engines: Iterable[MemberEngine]) -> dict[TP, list[Owner]]:

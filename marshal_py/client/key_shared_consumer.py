@@ -15,14 +15,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
-from kafka.errors import KafkaError
 
-from marshal_py.client.coordinator import CoordinationThread
-from marshal_py.client.delivery import DeliveryLoop
 from marshal_py.client.key_shared_engine import KeySharedEngine
-from marshal_py.errors import BrokerUnavailableError, ConfigurationError
+from marshal_py.client.member_consumer import MemberConsumer
+from marshal_py.errors import ConfigurationError
 from marshal_py.log.kafka import KafkaLogConfig
 from marshal_py.protocol import key_slot
 
@@ -53,7 +51,7 @@ def _size(record: ConsumerRecord) -> int:
     return max(0, int(record.serialized_key_size)) + max(0, int(record.serialized_value_size))
 
 
-class KeySharedConsumer(DeliveryLoop[ConsumerRecord]):
+class KeySharedConsumer(MemberConsumer[ConsumerRecord]):
     """Iterate to receive kafka-python ``ConsumerRecord``\\ s of the key slots this member
     owns; at most one member of the group handles a key at any time, in offset order.
 
@@ -75,30 +73,20 @@ class KeySharedConsumer(DeliveryLoop[ConsumerRecord]):
 
     def __init__(self, marshaler: Marshaler, engine: KeySharedEngine, kafka: KafkaLogConfig,
                  tick_interval_s: float, commit_mode: CommitMode = "implicit") -> None:
-        super().__init__()
         if commit_mode not in ("implicit", "explicit"):
             raise ConfigurationError(
                 f"commit_mode must be 'implicit' or 'explicit', not {commit_mode!r}")
-        self._marshaler = marshaler
+        super().__init__(marshaler, kafka)
         self._engine = engine
-        self._lock = marshaler._lock
         self.topics = engine.config.topics
         self.commit_mode: CommitMode = commit_mode
         self.stats = FetchStats()
-        self._data = KafkaConsumer(group_id=None, enable_auto_commit=False,
-                                   auto_offset_reset="earliest", fetch_max_wait_ms=200,
-                                   **kafka.client_config(KafkaConsumer))
-        self._epochs: dict[TP, int] = {}
         self._buffer: deque[tuple[ConsumerRecord, int]] = deque()
         #: Handed out by the last next() / poll(), committed by the next one (implicit mode).
         self._handed: list[ConsumerRecord] = []
         # Commits wait here (deque appends are thread-safe) until the engine's lock is held.
         self._pending_commits: deque[tuple[str, int, int]] = deque()
-        self._thread = CoordinationThread(
-            name="marshal-key-shared", lock=self._lock, step=self._step, stop=self._stop,
-            interval_s=tick_interval_s, is_closed=lambda: self._closed,
-            on_fatal=self._set_error)
-        self._thread.start()
+        self._start_coordination("marshal-key-shared", tick_interval_s)
 
     # -- background coordination --------------------------------------------------------------
 
@@ -116,32 +104,15 @@ class KeySharedConsumer(DeliveryLoop[ConsumerRecord]):
     def _reconcile(self) -> None:
         with self._lock:
             wanted = self._engine.fetch_plan()
-        current = {(tp.topic, tp.partition) for tp in self._data.assignment()}
-        if set(wanted) != current:
-            self._data.assign([TopicPartition(t, p) for t, p in wanted])
-        moved = False
-        for key, (epoch, position) in wanted.items():
-            if self._epochs.get(key) != epoch:
-                self._epochs[key] = epoch
-                self._data.seek(TopicPartition(*key), position)
-                moved = True
-        for key in [k for k in self._epochs if k not in wanted]:
-            del self._epochs[key]
-            moved = True
-        if moved:
-            self._buffer = deque((r, e) for r, e in self._buffer
-                                 if self._epochs.get((r.topic, r.partition)) == e)
+        if self._follow_plan(wanted):
+            self._buffer = self._current(self._buffer)
 
     def _fetch(self, timeout_s: float) -> None:
         self._reconcile()
         if not self._epochs:
             self._stop.wait(min(timeout_s, 0.1))
             return
-        try:
-            polled = self._data.poll(timeout_ms=int(timeout_s * 1000),
-                                     max_records=FETCH_RECORDS)
-        except KafkaError as exc:
-            raise BrokerUnavailableError(f"fetching records failed: {exc}") from exc
+        polled = self._poll_data(timeout_s, FETCH_RECORDS)
         for tp, records in polled.items():
             epoch = self._epochs.get((tp.topic, tp.partition))
             if epoch is None:
@@ -207,24 +178,13 @@ class KeySharedConsumer(DeliveryLoop[ConsumerRecord]):
         with self._lock:
             return {TopicPartition(t, p) for t, p in self._engine.fetch_plan()}
 
-    def close(self) -> None:
-        """Commit (implicit mode), release every slot, leave the group. Idempotent."""
-        if self._closed:
-            return
-        self._stop.set()
-        self._thread.join()
-        self._settle()
-        with self._lock:
-            self._closed = True
-            try:
-                self._apply_commits()
-                self._engine.close()
-            finally:
-                try:
-                    self._data.close()
-                except Exception:  # closing must not mask the error that led here
-                    log.debug("error closing the data consumer", exc_info=True)
-                self._marshaler._member_closed(self)
+    def _before_close(self) -> None:
+        self._settle()  # implicit mode: commit what the last call handed out
+
+    def _close_engine(self) -> None:
+        """Release every slot at its position and leave the group."""
+        self._apply_commits()
+        self._engine.close()
 
     def __enter__(self) -> KeySharedConsumer:
         return self

@@ -62,16 +62,14 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from marshal_py.client.channel import DEFAULT_CHECKPOINT_INTERVAL_MS, CoordinationChannel
-from marshal_py.client.engine_types import EngineClock, OffsetReset, PartitionSource
-from marshal_py.errors import ClientIdInUseError, ConfigurationError, MarshalError
+from marshal_py.client.engine_types import EngineClock, PartitionSource
+from marshal_py.client.member_base import GroupMember, MemberConfig
+from marshal_py.errors import MarshalError
 from marshal_py.log.base import CoordinationLog
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.protocol import (
     KEY_SLOTS,
     ClaimingKeyRanges,
     KeyRangesHeartbeat,
-    MemberHeartbeat,
     Message,
     ReleasingKeyRanges,
     format_ranges,
@@ -86,44 +84,8 @@ TP = tuple[str, int]
 
 
 @dataclass(frozen=True)
-class KeySharedConfig:
-    """Settings of one key-shared member. Times in milliseconds."""
-
-    group_id: str
-    client_id: str
-    instance_id: str
-    topics: tuple[str, ...]
-    heartbeat_interval_ms: int = 10_000
-    offset_reset: OffsetReset = "latest"
-    replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS
-    checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS
-
-    def __post_init__(self) -> None:
-        if not self.group_id:
-            raise ConfigurationError("group_id is empty; name the consumer group")
-        if not self.client_id:
-            raise ConfigurationError("client_id is empty")
-        if not self.instance_id:
-            raise ConfigurationError("instance_id is empty")
-        if not self.topics or any(not t for t in self.topics):
-            raise ConfigurationError("give at least one topic to consume, none empty")
-        if self.offset_reset not in ("latest", "earliest"):
-            raise ConfigurationError(
-                f"offset_reset must be 'latest' or 'earliest', not {self.offset_reset!r}"
-            )
-        if self.heartbeat_interval_ms < 10:
-            raise ConfigurationError("heartbeat_interval must be at least 0.01 s")
-        if self.replay_window_ms < 0:
-            raise ConfigurationError("replay_window must be >= 0 (0: everything)")
-        if self.checkpoint_interval_ms < 1000:
-            raise ConfigurationError("checkpoint_interval must be at least 1 second")
-
-    @property
-    def renew_interval_ms(self) -> int:
-        """How often an owner re-sends the claim of its slots (PROTOCOL.md, bounded replay)."""
-        if self.replay_window_ms <= 0:
-            return DEFAULT_REPLAY_WINDOW_MS // 4
-        return max(self.heartbeat_interval_ms, self.replay_window_ms // 4)
+class KeySharedConfig(MemberConfig):
+    """Settings of one key-shared member: those of :class:`MemberConfig`, nothing more."""
 
 
 @dataclass
@@ -221,7 +183,7 @@ def _distinct(owners: list[Owner | None]) -> list[Owner]:
     return [o for o in set(by_id.values()) if o is not None]
 
 
-class KeySharedEngine:
+class KeySharedEngine(GroupMember[KeySharedConfig]):
     """One member of a key-shared group (see the module docstring for its duties).
 
     Call :meth:`start` once, then :meth:`tick` regularly (several times per heartbeat
@@ -234,41 +196,17 @@ class KeySharedEngine:
     def __init__(self, config: KeySharedConfig, log_: CoordinationLog,
                  rationalizer: Rationalizer, source: PartitionSource, clock: EngineClock,
                  rng: random.Random) -> None:
-        self.config = config
-        self.log = log_
-        self.rationalizer = rationalizer
-        self.source = source
-        self.clock = clock
-        self.rng = rng
-        self.me = Owner(config.instance_id, config.client_id)
+        super().__init__(config, log_, rationalizer, source, clock, rng)
         self.holdings: dict[TP, SlotHolding] = {}
         self.stats = KeySharedStats()
-        self.channel = CoordinationChannel(log_, rationalizer, clock, config.topics,
-                                           group=config.group_id,
-                                           checkpoint_interval_ms=config.checkpoint_interval_ms)
-        self._joined_ms: int | None = None
         self._reclaim_after_ms: int | None = None
-        self._next_member_heartbeat_ms = 0
-        self._closed = False
-
-    @property
-    def hi(self) -> int:
-        """Heartbeat interval in milliseconds."""
-        return self.config.heartbeat_interval_ms
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` ran."""
-        return self._closed
 
     # -- life cycle --------------------------------------------------------------------------
 
     def start(self) -> None:
         """Replay the coordination log, announce this member, and look for a predecessor."""
-        self.channel.open(self.config.replay_window_ms)
-        joined = [self._append(self._member_heartbeat(t, active=True)) for t in self.config.topics]
-        self._joined_ms = min(joined)
-        self._next_member_heartbeat_ms = self.clock.now_ms() + self._jittered()
+        self._join()
+        assert self._joined_ms is not None
         self.channel.catch_up()
         if self._predecessor_slots():
             # A previous process of this client may still own slots. Dead, it writes nothing
@@ -296,11 +234,7 @@ class KeySharedEngine:
                 log.warning("could not release the key slots of %s/%d: %s", holding.topic,
                             holding.partition, exc)
         self.holdings.clear()
-        for topic in self.config.topics:
-            try:
-                self._append(self._member_heartbeat(topic, active=False))
-            except MarshalError as exc:
-                log.warning("could not announce leaving %s: %s", topic, exc)
+        self._leave()
 
     # -- the periodic step -------------------------------------------------------------------
 
@@ -314,19 +248,12 @@ class KeySharedEngine:
             caught_up = self._refresh()  # read our heartbeats back: that renews the leases
         if not caught_up:
             return
-        now = self.clock.now_ms()
-        if now >= self._next_member_heartbeat_ms:
-            for topic in self.config.topics:
-                self._try_append(self._member_heartbeat(topic, active=True))
-            self._next_member_heartbeat_ms = now + self._jittered()
+        self._announce_if_due(self.clock.now_ms())
         for topic in self.config.topics:
             count = self.source.partition_count(topic) or 0
             for partition in range(count):
                 self._balance(topic, partition)
         self.channel.maybe_checkpoint(self.me)
-
-    def _jittered(self) -> int:
-        return int(self.hi * self.rng.uniform(0.6, 0.8))
 
     def _state(self, topic: str, partition: int) -> KeySharedPartition | None:
         return self.rationalizer.key_shared_partition(self.config.group_id, topic, partition)
@@ -395,23 +322,11 @@ class KeySharedEngine:
 
     # -- target, claims and releases ----------------------------------------------------------
 
-    def _members(self, topic: str, now: int) -> list[Owner]:
-        """Live members (one per client id: this process stands for its own client)."""
-        members = {m for m in self.rationalizer.members(self.config.group_id, topic, now)
-                   if m.client_id != self.me.client_id}
-        members.add(self.me)
-        return sorted(members, key=lambda o: (o.client_id, o.instance_id))
-
     def _live_owners(self, topic: str, partition: int, now: int) -> list[Owner | None]:
-        """Each slot's owner, None where unowned or stale (``KeySharedPartition.live_owners``,
-        without its per-slot hashing when nobody is stale: the common case)."""
+        """Each slot's owner, None where unowned or stale."""
         state = self._state(topic, partition)
         if state is None:
             return [None] * KEY_SLOTS
-        if all(now - seen <= 2 * self.hi for seen in state.last_seen.values()):
-            owners = state.owners()
-            if all(o in state.last_seen for o in _distinct(owners)):
-                return owners
         return state.live_owners(now, self.hi)
 
     def target(self, topic: str, partition: int, now: int | None = None) -> list[Owner | None]:
@@ -553,17 +468,8 @@ class KeySharedEngine:
 
     def _may_reclaim(self, owners: set[Owner], now: int) -> bool:
         """May this process take over slots of other instances of the same client?"""
-        assert self._joined_ms is not None
         for owner in owners:
-            for topic in self.config.topics:
-                seen = self.rationalizer.member_last_seen(self.config.group_id,
-                                                          topic).get(owner)
-                if seen is not None and seen > self._joined_ms:
-                    raise ClientIdInUseError(
-                        f"client id {self.me.client_id!r} of group {self.config.group_id!r} "
-                        f"is in use by a live process (instance {owner.instance_id}); give "
-                        "every process its own client id"
-                    )
+            self._refuse_live_namesake(owner)
         return self._reclaim_after_ms is None or now >= self._reclaim_after_ms
 
     # -- delivery --------------------------------------------------------------------------------
@@ -652,19 +558,3 @@ class KeySharedEngine:
         return ClaimingKeyRanges(self.clock.now_ms() // 1000, self.me.instance_id,
                                  self.me.client_id, self.config.group_id, topic, partition,
                                  format_ranges(ranges_of(slots)))
-
-    def _member_heartbeat(self, topic: str, *, active: bool) -> Message:
-        return MemberHeartbeat(self.clock.now_ms() // 1000, self.me.instance_id,
-                               self.me.client_id, self.config.group_id, topic, int(active))
-
-    def _append(self, message: Message) -> int:
-        return self.channel.append(message)
-
-    def _try_append(self, message: Message) -> bool:
-        try:
-            self._append(message)
-        except MarshalError as exc:
-            log.warning("could not write %s for %s: %s", type(message).__name__,
-                        message.topic, exc)
-            return False
-        return True

@@ -45,6 +45,9 @@ from marshal_py.world import (
 
 log = logging.getLogger(__name__)
 
+#: The consumption modes :meth:`Marshaler.consumer` knows.
+CONSUMER_MODES = ("alo", "amo", "share", "key-shared")
+
 
 def default_client_id() -> str:
     """``<hostname>-<pid>``: unique per process. Pass a stable id to resume after restarts."""
@@ -218,6 +221,9 @@ class Marshaler:
         if commit_mode not in ("implicit", "explicit"):
             raise ConfigurationError(
                 f"commit_mode must be 'implicit' or 'explicit', not {commit_mode!r}")
+        if mode not in CONSUMER_MODES:
+            raise ConfigurationError(
+                f"mode must be one of {', '.join(map(repr, CONSUMER_MODES))}, not {mode!r}")
         wanted = tuple(dict.fromkeys(topics))
         consumer: Consumer | ShareConsumer | KeySharedConsumer
         if mode == "key-shared":
@@ -265,6 +271,9 @@ class Marshaler:
         if self._consumer is not None:
             raise ConfigurationError("this Marshaler already has an open consumer; close it "
                                      "first or use another Marshaler")
+        if mode not in ("alo", "amo", "share"):
+            raise ConfigurationError(
+                f"mode must be one of 'alo', 'amo', 'share' for a batch member, not {mode!r}")
         wanted = tuple(dict.fromkeys(topics))
         member: BatchMember
         if mode == "share":

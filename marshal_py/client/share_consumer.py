@@ -12,13 +12,12 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
-from marshal_py.client.coordinator import CoordinationThread
-from marshal_py.client.delivery import DeliveryLoop
+from marshal_py.client.member_consumer import MemberConsumer
 from marshal_py.client.share_engine import ShareEngine
 from marshal_py.errors import BrokerUnavailableError, ConfigurationError, MarshalError
 from marshal_py.log.kafka import KafkaLogConfig
@@ -48,7 +47,7 @@ class ShareRecord:
     delivery_count: int
 
 
-class ShareConsumer(DeliveryLoop[ShareRecord]):
+class ShareConsumer(MemberConsumer[ShareRecord]):
     """Iterate to receive :class:`ShareRecord`\\ s; acknowledge them with :meth:`ack`.
 
     ``acknowledgement="implicit"`` (default): every record handed out is accepted when the
@@ -68,18 +67,13 @@ class ShareConsumer(DeliveryLoop[ShareRecord]):
     def __init__(self, marshaler: Marshaler, engine: ShareEngine, kafka: KafkaLogConfig,
                  tick_interval_s: float, acknowledgement: AckMode = "implicit",
                  dead_letter_topic: str | None = None) -> None:
-        super().__init__()
         if acknowledgement not in ("implicit", "explicit"):
             raise ConfigurationError("acknowledgement must be 'implicit' or 'explicit'")
-        self._marshaler = marshaler
+        super().__init__(marshaler, kafka)
         self._engine = engine
-        self._lock = marshaler._lock
         self.topics = engine.config.topics
         self.acknowledgement = acknowledgement
         self._tick_interval_s = tick_interval_s
-        self._data = KafkaConsumer(group_id=None, enable_auto_commit=False,
-                                   auto_offset_reset="earliest", fetch_max_wait_ms=200,
-                                   **kafka.client_config(KafkaConsumer))
         self._kafka = kafka
         self.dead_letter_topic = dead_letter_topic
         self._dlq: KafkaProducer | None = None
@@ -87,11 +81,7 @@ class ShareConsumer(DeliveryLoop[ShareRecord]):
         self._to_fetch: dict[TP, dict[int, int]] = {}  # acquired, not fetched: offset -> count
         self._buffer: deque[ShareRecord] = deque()
         self._unacked: dict[tuple[TP, int], ShareRecord] = {}
-        self._thread = CoordinationThread(
-            name="marshal-share", lock=self._lock, step=self._step, stop=self._stop,
-            interval_s=tick_interval_s, is_closed=lambda: self._closed,
-            on_fatal=self._set_error)
-        self._thread.start()
+        self._start_coordination("marshal-share", tick_interval_s)
 
     # -- background: membership, renewals, acknowledgements, pre-claiming -----------------------
 
@@ -134,12 +124,8 @@ class ShareConsumer(DeliveryLoop[ShareRecord]):
                 self._data.seek(TopicPartition(*tp), first)
                 position = first
             starts[tp] = position
-        try:
-            # Fetch only as far as the acquired offsets reach: the rest belongs to others.
-            polled = self._data.poll(timeout_ms=int(timeout_s * 1000),
-                                     max_records=max(1, min(1_000, span)))
-        except KafkaError as exc:
-            raise BrokerUnavailableError(f"fetching records failed: {exc}") from exc
+        # Fetch only as far as the acquired offsets reach: the rest belongs to others.
+        polled = self._poll_data(timeout_s, max(1, min(1_000, span)))
         for tp_obj, records in polled.items():
             tp = (tp_obj.topic, tp_obj.partition)
             with self._lock:
@@ -243,29 +229,16 @@ class ShareConsumer(DeliveryLoop[ShareRecord]):
         with self._lock:
             return self._engine.ack(record.topic, record.partition, record.offset, kind)
 
-    def close(self) -> None:
-        """Accept (implicit mode) what was handed out, release the rest, leave. Idempotent."""
-        if self._closed:
-            return
-        self._stop.set()
-        self._thread.join()
-        with self._lock:
-            self._closed = True
-            try:
-                if self.acknowledgement == "implicit":
-                    for record in self._unacked.values():
-                        self._engine.ack(record.topic, record.partition, record.offset,
-                                         "accept")
-                self._unacked.clear()
-                self._engine.close()
-            finally:
-                for client in (self._data, self._dlq):
-                    try:
-                        if client is not None:
-                            client.close()
-                    except Exception:  # closing must not mask the error that led here
-                        log.debug("error closing a Kafka client", exc_info=True)
-                self._marshaler._member_closed(self)
+    def _close_engine(self) -> None:
+        """Accept (implicit mode) what was handed out, release the rest, leave."""
+        if self.acknowledgement == "implicit":
+            for record in self._unacked.values():
+                self._engine.ack(record.topic, record.partition, record.offset, "accept")
+        self._unacked.clear()
+        self._engine.close()
+
+    def _other_clients(self) -> list[Any]:
+        return [self._dlq] if self._dlq is not None else []
 
     def __enter__(self) -> ShareConsumer:
         return self

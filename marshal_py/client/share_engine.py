@@ -14,16 +14,14 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from marshal_py.client.channel import DEFAULT_CHECKPOINT_INTERVAL_MS, CoordinationChannel
-from marshal_py.client.engine_types import EngineClock, OffsetReset, PartitionSource
+from marshal_py.client.engine_types import EngineClock, PartitionSource
+from marshal_py.client.member_base import GroupMember, MemberConfig
 from marshal_py.errors import ConfigurationError, MarshalError
 from marshal_py.log.base import CoordinationLog
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.protocol import (
     AcknowledgingRecords,
     AcquiringRecords,
     InitializingSharePartition,
-    MemberHeartbeat,
     Message,
     RenewingLocks,
     format_ranges,
@@ -40,7 +38,7 @@ from marshal_py.protocol.messages import (
     MIN_DELIVERY_LIMIT,
     MIN_LOCK_MS,
 )
-from marshal_py.world import Owner, Rationalizer
+from marshal_py.world import Rationalizer
 from marshal_py.world.share import RecordState
 
 log = logging.getLogger(__name__)
@@ -49,42 +47,27 @@ TP = tuple[str, int]
 
 
 @dataclass(frozen=True)
-class ShareConfig:
-    """Settings of one share-group member. Times in milliseconds."""
+class ShareConfig(MemberConfig):
+    """Settings of one share-group member (on top of :class:`MemberConfig`)."""
 
-    group_id: str
-    client_id: str
-    instance_id: str
-    topics: tuple[str, ...]
-    heartbeat_interval_ms: int = 10_000
     lock_ms: int = DEFAULT_LOCK_MS
     delivery_limit: int = DEFAULT_DELIVERY_LIMIT
     inflight_limit: int = DEFAULT_INFLIGHT_LIMIT
-    offset_reset: OffsetReset = "latest"
     #: Start a new share group at the first record at or after this time (ms), instead of
     #: ``offset_reset``.
     start_time_ms: int | None = None
     batch_size: int = 500
-    replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS
-    checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS
 
     def __post_init__(self) -> None:
-        if not self.group_id or not self.client_id:
-            raise ConfigurationError("group_id and client_id must not be empty")
-        if not self.topics or any(not t for t in self.topics):
-            raise ConfigurationError("give at least one topic to consume, none empty")
+        super().__post_init__()
         if not MIN_LOCK_MS <= self.lock_ms <= MAX_LOCK_MS:
             raise ConfigurationError("lock duration must be between 1 s and 1 h")
         if not MIN_DELIVERY_LIMIT <= self.delivery_limit <= MAX_DELIVERY_LIMIT:
             raise ConfigurationError("delivery attempt limit must be between 2 and 10")
         if not 1 <= self.inflight_limit <= MAX_INFLIGHT_LIMIT:
             raise ConfigurationError(f"in-flight limit must be between 1 and {MAX_INFLIGHT_LIMIT}")
-        if self.checkpoint_interval_ms < 1000:
-            raise ConfigurationError("checkpoint_interval must be at least 1 second")
         if self.batch_size < 1:
             raise ConfigurationError("batch size must be >= 1")
-        if self.offset_reset not in ("latest", "earliest"):
-            raise ConfigurationError("offset_reset must be 'latest' or 'earliest'")
 
 
 @dataclass
@@ -99,28 +82,17 @@ class ShareStats:
     coordination_records: int = 0
 
 
-class ShareEngine:
+class ShareEngine(GroupMember[ShareConfig]):
     """One member of a share group. Not thread-safe: the caller serializes calls."""
 
     def __init__(self, config: ShareConfig, log_: CoordinationLog, rationalizer: Rationalizer,
                  source: PartitionSource, clock: EngineClock, rng: random.Random) -> None:
-        self.config = config
-        self.log = log_
-        self.rationalizer = rationalizer
-        self.source = source
-        self.clock = clock
-        self.rng = rng
-        self.me = Owner(config.instance_id, config.client_id)
+        super().__init__(config, log_, rationalizer, source, clock, rng)
         #: Records this member acquired and has not acknowledged: tp -> offset -> delivery count
         self.held: dict[TP, dict[int, int]] = defaultdict(dict)
         self._lock_expiry: dict[TP, dict[int, int]] = defaultdict(dict)
         self._pending: dict[tuple[TP, str], list[int]] = defaultdict(list)
-        self.channel = CoordinationChannel(log_, rationalizer, clock, config.topics,
-                                           group=config.group_id,
-                                           checkpoint_interval_ms=config.checkpoint_interval_ms)
-        self._next_member_heartbeat_ms = 0
         self.stats = ShareStats()
-        self._closed = False
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -138,12 +110,11 @@ class ShareEngine:
                 for offset in offsets:
                     self._pending[(tp, "release")].append(offset)
             self.flush()
-            for topic in self.config.topics:
-                self._append(self._member_heartbeat(topic, active=False))
         except MarshalError as exc:
             log.warning("could not release share records on close: %s", exc)
         finally:
             self._closed = True
+        self._leave()
 
     def tick(self) -> None:
         """Catch up, announce membership, initialize new share-partitions, renew locks."""
@@ -151,11 +122,7 @@ class ShareEngine:
             return
         self._catch_up()
         now = self.clock.now_ms()
-        if now >= self._next_member_heartbeat_ms:
-            for topic in self.config.topics:
-                self._append(self._member_heartbeat(topic, active=True))
-            hi = self.config.heartbeat_interval_ms
-            self._next_member_heartbeat_ms = now + int(hi * self.rng.uniform(0.6, 0.8))
+        self._announce_if_due(now, strict=True)
         for topic in self.config.topics:
             count = self.source.partition_count(topic) or 0
             for partition in range(count):
@@ -285,13 +252,6 @@ class ShareEngine:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def _catch_up(self) -> None:
-        self.channel.catch_up()
-
-    def _member_heartbeat(self, topic: str, *, active: bool) -> Message:
-        return MemberHeartbeat(self.clock.now_ms() // 1000, self.me.instance_id,
-                               self.me.client_id, self.config.group_id, topic, int(active))
-
     def _append(self, message: Message) -> int:
         self.stats.coordination_records += 1
-        return self.channel.append(message)
+        return super()._append(message)

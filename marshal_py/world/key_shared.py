@@ -54,6 +54,9 @@ class KeySharedPartition:
     def __init__(self) -> None:
         self._owner: list[Owner | None] = [None] * KEY_SLOTS
         self._committed: list[int | None] = [None] * KEY_SLOTS
+        #: The slots of each owner: the index that keeps a heartbeat O(its slots), not
+        #: O(KEY_SLOTS) owner comparisons. Always the inverse of ``_owner``.
+        self._slots: dict[Owner, set[int]] = {}
         #: Broker time of each owner's last applied claim or heartbeat about this partition.
         self.last_seen: dict[Owner, int] = {}
 
@@ -68,7 +71,7 @@ class KeySharedPartition:
             owner = self._owner[slot]
             if (owner is None or owner == sender or owner.client_id == sender.client_id
                     or not self._live(owner, ts, heartbeat_interval_ms)):
-                self._owner[slot] = sender
+                self._assign(slot, sender)
                 granted.append(slot)
             else:
                 ignored += 1
@@ -79,7 +82,7 @@ class KeySharedPartition:
 
     def heartbeat(self, sender: Owner, offset: int, ts: int) -> KeySharedResult:
         """Commit ``offset`` for every slot ``sender`` owns."""
-        mine = [slot for slot, owner in enumerate(self._owner) if owner == sender]
+        mine = sorted(self._slots.get(sender, ()))
         if not mine:
             return KeySharedResult((), 0)
         for slot in mine:
@@ -98,7 +101,7 @@ class KeySharedPartition:
             if self._owner[slot] != sender:
                 ignored += 1
                 continue
-            self._owner[slot] = None
+            self._assign(slot, None)
             committed = self._committed[slot]
             if committed is None or offset > committed:
                 self._committed[slot] = offset
@@ -110,15 +113,25 @@ class KeySharedPartition:
         """An empty group's offsets were reset: every slot unowned, committed at ``offset``."""
         self._owner = [None] * KEY_SLOTS
         self._committed = [offset] * KEY_SLOTS
+        self._slots.clear()
         self.last_seen.clear()
+
+    def _assign(self, slot: int, owner: Owner | None) -> None:
+        previous = self._owner[slot]
+        if previous is not None:
+            self._slots[previous].discard(slot)
+        self._owner[slot] = owner
+        if owner is not None:
+            self._slots.setdefault(owner, set()).add(slot)
 
     def _live(self, owner: Owner, now_ms: int, heartbeat_interval_ms: int) -> bool:
         seen = self.last_seen.get(owner)
         return seen is not None and now_ms - seen <= 2 * heartbeat_interval_ms
 
     def _forget_owners_without_slots(self) -> None:
-        owning = set(self._owner)
-        for owner in [o for o in self.last_seen if o not in owning]:
+        for owner in [o for o, slots in self._slots.items() if not slots]:
+            del self._slots[owner]
+        for owner in [o for o in self.last_seen if o not in self._slots]:
             del self.last_seen[owner]
 
     # -- views -------------------------------------------------------------------------------
@@ -141,12 +154,16 @@ class KeySharedPartition:
 
     def live_owners(self, now_ms: int, heartbeat_interval_ms: int) -> list[Owner | None]:
         """Owner of every slot, None where the owner is stale at ``now_ms``."""
-        live = {o for o in self.last_seen if self._live(o, now_ms, heartbeat_interval_ms)}
-        return [o if o in live else None for o in self._owner]
+        out = list(self._owner)
+        for owner, slots in self._slots.items():
+            if not self._live(owner, now_ms, heartbeat_interval_ms):
+                for slot in slots:
+                    out[slot] = None
+        return out
 
     def slots_of(self, owner: Owner) -> tuple[OffsetRange, ...]:
         """The slots ``owner`` holds, as ranges."""
-        return ranges_of(s for s, o in enumerate(self._owner) if o == owner)
+        return ranges_of(sorted(self._slots.get(owner, ())))
 
     def runs(self) -> list[SlotRun]:
         """The slots as runs of one owner and one committed offset, in slot order."""
@@ -174,6 +191,10 @@ class KeySharedPartition:
             raise ValueError(f"a key-shared partition has {KEY_SLOTS} slots")
         self._owner = list(owners)
         self._committed = list(committed)
+        self._slots = {}
+        for slot, owner in enumerate(self._owner):
+            if owner is not None:
+                self._slots.setdefault(owner, set()).add(slot)
         self.last_seen = dict(last_seen)
         self._forget_owners_without_slots()
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import select
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
@@ -72,11 +76,13 @@ class Setup:
         return json.loads(result.stdout)
 
     @contextmanager
-    def member(self, client_id: str, offset_reset: str = "earliest"
+    def member(self, client_id: str, offset_reset: str = "earliest", **settings: Any
                ) -> Iterator[tuple[Marshaler, Consumer]]:
         with Marshaler(self.bootstrap, group_id=self.group, client_id=client_id,
                        heartbeat_interval=float(HI), coordination_topic=self.ctopic) as m:
-            consumer = m.consumer([self.topic], offset_reset=offset_reset)  # type: ignore[arg-type]
+            consumer = m.consumer([self.topic], offset_reset=offset_reset,  # type: ignore[arg-type]
+                                  **settings)
+            assert isinstance(consumer, Consumer)
             yield m, consumer
 
     def coordination_end(self) -> int:
@@ -155,6 +161,30 @@ def test_lag_is_exact_against_what_was_produced_and_consumed(setup: Setup) -> No
     assert f"total lag of {setup.group}: 25" in text.stdout
 
 
+def test_lag_of_an_at_most_once_group_counts_confirmed_batches_as_consumed(
+        setup: Setup) -> None:
+    make_topic(setup.bootstrap, setup.topic, 1, 20)
+    handed: list[int] = []
+    with setup.member("w1", mode="amo", amo_batch_size=5) as (_, consumer):
+        deadline = time.monotonic() + 60
+        while len(handed) < 12 and time.monotonic() < deadline:
+            handed += [r.offset for r in consumer.poll(timeout_s=0.5, max_records=1)]
+        assert handed == list(range(12))
+        live = setup.json("lag", "--group", setup.group)
+        claims = setup.json("state", "--group", setup.group)
+        confirmed = claims[0]["amo_claimed_offset"]  # type: ignore[index]
+        row = live["partitions"][0]  # type: ignore[index]
+        # Live, a crash would lose the confirmed batch: the next owner starts after it.
+        assert (row["mode"], row["end_offset"]) == ("amo", 20)
+        assert 12 <= confirmed < 20 and row["committed_offset"] == confirmed + 1
+        assert row["lag"] == 20 - (confirmed + 1)
+    # Closing released the partition at exactly what was handed out: nothing lost.
+    closed = setup.json("lag", "--group", setup.group)
+    row = closed["partitions"][0]  # type: ignore[index]
+    assert (row["committed_offset"], row["lag"]) == (12, 8)
+    assert closed["total_lag"] == 8  # type: ignore[index]
+
+
 def test_reset_offsets_of_an_exclusive_group(setup: Setup) -> None:
     make_topic(setup.bootstrap, setup.topic, 1, 10)
     reset = ("reset-offsets", "--group", setup.group, "--topic", setup.topic, "--to-offset", "3")
@@ -212,6 +242,60 @@ def test_watch_renders_the_ownership_table(setup: Setup) -> None:
         assert [(p["partition"], p["owner"], p["end_offset"]) for p in parsed[1]["partitions"]
                 ] == [(0, "w1", 3), (1, "w1", 3)]
         assert parsed[1]["groups"][0]["state"] == "stable"
+
+
+def run_on_a_terminal(args: Sequence[str], timeout_s: float = 120) -> str:
+    """Run the CLI with a pseudo-terminal as stdout and stderr; return all it wrote."""
+    controller, terminal = pty.openpty()
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "200", "LINES": "50"}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen([sys.executable, "-m", "marshal_py.cli", *args], stdin=terminal,
+                            stdout=terminal, stderr=terminal, env=env, close_fds=True)
+    os.close(terminal)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 0.5)
+            if not ready:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # the terminal closed: the process exited
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert proc.wait(timeout=10) == 0, b"".join(chunks).decode("utf-8", "replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(controller)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_watch_redraws_in_place_on_a_terminal(setup: Setup) -> None:
+    make_topic(setup.bootstrap, setup.topic, 2, 3)
+    with setup.member("w1") as (_, consumer):
+        wait_for(lambda: holds_all(consumer, 2), "the claims")
+        out = run_on_a_terminal(["watch", *setup.common, "--group", setup.group,
+                                 "--iterations", "3", "--refresh", "0.2"])
+    # Frame k+1 starts by moving the cursor up over every line frame k printed, erasing each
+    # (rich's Live: ESC[2K erase line, ESC[1A up), so the view redraws in place instead of
+    # scrolling. (Live draws the last frame once more when it stops.)
+    assert out.startswith("\x1b[?25l") and out.rstrip().endswith("\x1b[?25h")  # cursor
+    frames = out.split("marshal watch —")[1:]
+    assert len(frames) >= 3
+    for previous in frames[:-1]:
+        erase = re.search(r"((?:\x1b\[2K\x1b\[1A)*)\x1b\[2K\x1b\[1m$", previous)
+        assert erase is not None, f"a frame was not erased before the next: {previous[-80:]!r}"
+        printed = previous[:erase.start()].count("\n")
+        # Back to the frame's first line (whether or not its last line ended with a newline).
+        assert printed >= 10 and erase.group(1).count("\x1b[1A") in (printed - 1, printed)
+    rows = [line for line in out.splitlines() if setup.topic in line and "fresh" in line]
+    assert len(rows) >= 2 and all("w1" in row for row in rows)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:

@@ -614,3 +614,12 @@ def test_an_acknowledgement_with_a_bad_kind_leaves_the_record_unacknowledged(
                 consumer.poll(timeout_s=0.3)
         finally:
             consumer.close()
+
+
+def test_a_mistyped_mode_names_every_mode(cluster: ShareCluster) -> None:
+    with cluster.marshaler("mode-typo") as m:
+        with pytest.raises(ConfigurationError, match=r"^mode must be one of 'alo', 'amo', "
+                           r"'share', 'key-shared', not 'shared'$"):
+            m.consumer([cluster.topic], "shared")  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match=r"not 'key-shared'$"):
+            m.batch_member([cluster.topic], "key-shared")  # type: ignore[arg-type]

@@ -1,11 +1,18 @@
-"""BrokerClock estimates, and kafka-python settings routed to the clients that know them."""
+"""BrokerClock estimates, kafka-python settings routed to the clients that know them, and
+the validation every member configuration shares."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
 from marshal_py.client.clock import BrokerClock
+from marshal_py.client.engine import EngineConfig
+from marshal_py.client.key_shared_engine import KeySharedConfig
+from marshal_py.client.member_base import MemberConfig
+from marshal_py.client.share_engine import ShareConfig
 from marshal_py.errors import ConfigurationError
 from marshal_py.log import KafkaLogConfig
 
@@ -40,3 +47,31 @@ def test_kafka_config_goes_only_to_the_clients_that_know_each_setting() -> None:
 def test_unknown_kafka_settings_are_a_clear_error() -> None:
     with pytest.raises(ConfigurationError, match=r"unknown kafka-python setting.*chek_crcs"):
         KafkaLogConfig(kafka_config={"chek_crcs": False})
+
+
+@pytest.mark.parametrize("config_class", [EngineConfig, ShareConfig, KeySharedConfig])
+@pytest.mark.parametrize(("change", "message"), [
+    ({"group_id": ""}, "group_id is empty"),
+    ({"client_id": ""}, "client_id is empty"),
+    ({"instance_id": ""}, "instance_id is empty"),
+    ({"topics": ()}, "at least one topic"),
+    ({"topics": ("orders", "")}, "none empty"),
+    ({"offset_reset": "earlest"}, "offset_reset must be 'latest' or 'earliest', not 'earlest'"),
+    ({"heartbeat_interval_ms": 0}, "heartbeat_interval must be at least"),
+    ({"replay_window_ms": -1}, "replay_window must be >= 0"),
+    ({"checkpoint_interval_ms": 999}, "checkpoint_interval must be at least 1 second"),
+])
+def test_every_member_config_refuses_the_same_bad_base_settings(
+        config_class: type[MemberConfig], change: dict[str, object], message: str) -> None:
+    settings: dict[str, object] = {"group_id": "g", "client_id": "c", "instance_id": "i",
+                                   "topics": ("orders",)}
+    settings.update(change)
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        config_class(**settings)  # type: ignore[arg-type]
+
+
+def test_every_member_config_renews_claims_a_quarter_window_apart() -> None:
+    for config_class in (EngineConfig, ShareConfig, KeySharedConfig):
+        config = config_class(group_id="g", client_id="c", instance_id="i", topics=("t",),
+                              heartbeat_interval_ms=1000, replay_window_ms=400_000)
+        assert config.renew_interval_ms == 100_000

@@ -3,6 +3,9 @@ messages, and the sticky assignment (quotas, stickiness on joins and leaves)."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from marshal_py.log import MemoryLog, VirtualClock
 from marshal_py.protocol import (
     KEY_SLOTS,
@@ -10,6 +13,7 @@ from marshal_py.protocol import (
     KeyRangesHeartbeat,
     ReleasingKeyRanges,
     encode,
+    ranges_of,
 )
 from marshal_py.world import Owner, Rationalizer, RationalizerConfig, Verdict, sticky_assignment
 from marshal_py.world.key_shared import KeySharedPartition
@@ -177,3 +181,40 @@ def test_a_restarted_process_inherits_its_clients_slots() -> None:
 def test_the_assignment_is_deterministic_whatever_the_member_order() -> None:
     owners = sticky_assignment([None] * KEY_SLOTS, [A, B])
     assert sticky_assignment(owners, [C, B, A]) == sticky_assignment(owners, [A, C, B])
+
+
+_OWNERS = [A, A2, B, C]
+_slot_range = st.tuples(st.integers(0, KEY_SLOTS - 1), st.integers(0, 40)).map(
+    lambda r: (r[0], min(KEY_SLOTS - 1, r[0] + r[1])))
+_operation = st.one_of(
+    st.tuples(st.just("claim"), st.sampled_from(_OWNERS), st.lists(_slot_range, max_size=3)),
+    st.tuples(st.just("release"), st.sampled_from(_OWNERS), st.lists(_slot_range, max_size=3)),
+    st.tuples(st.just("heartbeat"), st.sampled_from(_OWNERS), st.integers(0, 10_000)),
+    st.tuples(st.just("reset"), st.sampled_from(_OWNERS), st.integers(0, 10_000)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_operation, st.integers(0, 3 * HI)), max_size=40))
+def test_the_owner_index_always_matches_a_scan_of_the_slots(
+        steps: list[tuple[tuple[str, Owner, object], int]]) -> None:
+    p = KeySharedPartition()
+    now = T0
+    for (kind, sender, argument), advance in steps:
+        now += advance
+        if kind == "claim":
+            p.claim(sender, argument, now, HI)  # type: ignore[arg-type]
+        elif kind == "release":
+            p.release(sender, argument, 5)  # type: ignore[arg-type]
+        elif kind == "heartbeat":
+            p.heartbeat(sender, argument, now)  # type: ignore[arg-type]
+        else:
+            p.reset(argument)  # type: ignore[arg-type]
+        owners = p.owners()
+        for owner in _OWNERS:
+            scanned = ranges_of(s for s, o in enumerate(owners) if o == owner)
+            assert p.slots_of(owner) == scanned
+        assert set(p.last_seen) <= {o for o in owners if o is not None}
+        live = p.live_owners(now, HI)
+        assert live == [o if o is not None and now - p.last_seen.get(o, -10 * HI) <= 2 * HI
+                        else None for o in owners]

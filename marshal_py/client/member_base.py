@@ -1,0 +1,181 @@
+"""What every kind of group member shares: its base settings and its plumbing.
+
+:class:`MemberConfig` holds and checks the settings every mode has (group, client and
+instance ids, topics, heartbeat interval, offset reset, replay window, checkpoint interval);
+:class:`GroupMember` holds the coordination channel and writes the messages every mode writes
+(membership heartbeats) with the same error handling. The exclusive, share and key-shared
+engines build on both.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from marshal_py.client.channel import DEFAULT_CHECKPOINT_INTERVAL_MS, CoordinationChannel
+from marshal_py.client.engine_types import EngineClock, OffsetReset, PartitionSource
+from marshal_py.errors import ClientIdInUseError, ConfigurationError, MarshalError
+from marshal_py.log.base import CoordinationLog
+from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
+from marshal_py.protocol import MemberHeartbeat, Message
+from marshal_py.world import Owner, Rationalizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MemberConfig:
+    """Settings every member has, whatever its mode. Times in milliseconds."""
+
+    group_id: str
+    client_id: str
+    instance_id: str
+    topics: tuple[str, ...]
+    heartbeat_interval_ms: int = 10_000
+    offset_reset: OffsetReset = "latest"
+    replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS
+    checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS
+
+    def __post_init__(self) -> None:
+        if not self.group_id:
+            raise ConfigurationError("group_id is empty; name the consumer group")
+        if not self.client_id:
+            raise ConfigurationError("client_id is empty")
+        if not self.instance_id:
+            raise ConfigurationError("instance_id is empty")
+        if not self.topics or any(not t for t in self.topics):
+            raise ConfigurationError("give at least one topic to consume, none empty")
+        if self.offset_reset not in ("latest", "earliest"):
+            raise ConfigurationError(
+                f"offset_reset must be 'latest' or 'earliest', not {self.offset_reset!r}"
+            )
+        if self.heartbeat_interval_ms < 10:
+            raise ConfigurationError("heartbeat_interval must be at least 0.01 s")
+        if self.replay_window_ms < 0:
+            raise ConfigurationError("replay_window must be >= 0 (0: everything)")
+        if self.checkpoint_interval_ms < 1000:
+            raise ConfigurationError("checkpoint_interval must be at least 1 second")
+
+    @property
+    def renew_interval_ms(self) -> int:
+        """How often an owner re-sends its claim (PROTOCOL.md, bounded replay)."""
+        if self.replay_window_ms <= 0:
+            return DEFAULT_REPLAY_WINDOW_MS // 4
+        return max(self.heartbeat_interval_ms, self.replay_window_ms // 4)
+
+
+ConfigT = TypeVar("ConfigT", bound=MemberConfig)
+
+
+class GroupMember(Generic[ConfigT]):
+    """The plumbing of one member: channel, identity, membership heartbeats, writing.
+
+    Never starts a thread and never reads a clock or a random source of its own: the caller
+    passes them. Not thread-safe.
+    """
+
+    def __init__(self, config: ConfigT, log_: CoordinationLog, rationalizer: Rationalizer,
+                 source: PartitionSource, clock: EngineClock, rng: random.Random) -> None:
+        self.config = config
+        self.log = log_
+        self.rationalizer = rationalizer
+        self.source = source
+        self.clock = clock
+        self.rng = rng
+        self.me = Owner(config.instance_id, config.client_id)
+        self.channel = CoordinationChannel(log_, rationalizer, clock, config.topics,
+                                           group=config.group_id,
+                                           checkpoint_interval_ms=config.checkpoint_interval_ms)
+        #: Broker time of this process's first membership heartbeat (set by :meth:`_join`).
+        self._joined_ms: int | None = None
+        self._next_member_heartbeat_ms = 0
+        self._closed = False
+
+    @property
+    def hi(self) -> int:
+        """Heartbeat interval in milliseconds."""
+        return self.config.heartbeat_interval_ms
+
+    @property
+    def closed(self) -> bool:
+        """True once the member closed."""
+        return self._closed
+
+    def _jittered(self) -> int:
+        """The next heartbeat's delay: 0.6 to 0.8 HI, so members do not beat in step."""
+        return int(self.hi * self.rng.uniform(0.6, 0.8))
+
+    def _join(self) -> None:
+        """Replay the log and announce this member on every topic."""
+        self.channel.open(self.config.replay_window_ms)
+        joined = [self._append(self._member_heartbeat(t, active=True)) for t in self.config.topics]
+        self._joined_ms = min(joined)
+        self._next_member_heartbeat_ms = self.clock.now_ms() + self._jittered()
+
+    def _announce_if_due(self, now: int, *, strict: bool = False) -> None:
+        """Write the periodic membership heartbeats when due (``strict``: errors propagate)."""
+        if now < self._next_member_heartbeat_ms:
+            return
+        for topic in self.config.topics:
+            message = self._member_heartbeat(topic, active=True)
+            if strict:
+                self._append(message)
+            else:
+                self._try_append(message)
+        self._next_member_heartbeat_ms = now + self._jittered()
+
+    def _leave(self) -> None:
+        """Announce on every topic that this member left (errors are logged)."""
+        for topic in self.config.topics:
+            try:
+                self._append(self._member_heartbeat(topic, active=False))
+            except MarshalError as exc:
+                log.warning("could not announce leaving %s: %s", topic, exc)
+
+    def _members(self, topic: str, now: int) -> list[Owner]:
+        """Live members (one per client id: this process stands for its own client)."""
+        members = {m for m in self.rationalizer.members(self.config.group_id, topic, now)
+                   if m.client_id != self.me.client_id}
+        members.add(self.me)
+        return sorted(members, key=lambda o: (o.client_id, o.instance_id))
+
+    def _refuse_live_namesake(self, owner: Owner) -> None:
+        """Raise :class:`ClientIdInUseError` if ``owner`` (another instance of our client id)
+        wrote a membership heartbeat after this process joined: it is alive."""
+        assert self._joined_ms is not None
+        for topic in self.config.topics:
+            seen = self.rationalizer.member_last_seen(self.config.group_id, topic).get(owner)
+            if seen is not None and seen > self._joined_ms:
+                raise ClientIdInUseError(
+                    f"client id {self.me.client_id!r} of group {self.config.group_id!r} is in "
+                    f"use by a live process (instance {owner.instance_id}); give every "
+                    "process its own client id"
+                )
+
+    def _announced_capacity(self) -> int:
+        """The capacity a membership heartbeat announces (-1: no limit)."""
+        return -1
+
+    def _member_heartbeat(self, topic: str, *, active: bool) -> Message:
+        return MemberHeartbeat(self.clock.now_ms() // 1000, self.me.instance_id,
+                               self.me.client_id, self.config.group_id, topic, int(active),
+                               self._announced_capacity())
+
+    def _catch_up(self) -> None:
+        self.channel.catch_up()
+
+    def _append(self, message: Message) -> int:
+        """Write a message to its topic's coordination partition; return its broker time."""
+        return self.channel.append(message)
+
+    def _try_append(self, message: Message) -> bool:
+        """:meth:`_append`, logging a failure instead of raising; True when written."""
+        try:
+            self._append(message)
+        except MarshalError as exc:
+            log.warning("could not write %s for %s: %s", type(message).__name__,
+                        message.topic, exc)
+            return False
+        return True

@@ -1,0 +1,125 @@
+"""What the three consumers share: a data consumer, a coordination thread, and closing.
+
+Each consumer (exclusive, share, key-shared) fetches records with a kafka-python consumer on
+manually assigned partitions (no Kafka consumer group) while a background thread drives its
+engine. :class:`MemberConsumer` owns those two parts and the order in which they shut down;
+:meth:`MemberConsumer._follow_plan` keeps the data consumer on the partitions and positions an
+engine's fetch plan names, seeking whenever a partition's fetch epoch changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+
+from marshal_py.client.coordinator import CoordinationThread
+from marshal_py.client.delivery import DeliveryLoop
+from marshal_py.errors import BrokerUnavailableError
+from marshal_py.log.kafka import KafkaLogConfig
+
+if TYPE_CHECKING:
+    from marshal_py.client.marshaler import Marshaler
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+TP = tuple[str, int]
+
+
+class MemberConsumer(DeliveryLoop[R], Generic[R]):
+    """A consumer's data client, coordination thread and shutdown.
+
+    Subclasses build their own state, then call :meth:`_start_coordination`; they provide
+    :meth:`_step` (one coordination step, called with the lock held) and
+    :meth:`_close_engine` (called with the lock held while closing).
+    """
+
+    def __init__(self, marshaler: Marshaler, kafka: KafkaLogConfig) -> None:
+        super().__init__()
+        self._marshaler = marshaler
+        self._lock = marshaler._lock
+        self._data = KafkaConsumer(group_id=None, enable_auto_commit=False,
+                                   auto_offset_reset="earliest", fetch_max_wait_ms=200,
+                                   **kafka.client_config(KafkaConsumer))
+        #: The fetch epoch the data consumer was positioned for, per partition it reads.
+        self._epochs: dict[TP, int] = {}
+        self._thread: CoordinationThread | None = None
+
+    def _start_coordination(self, name: str, interval_s: float) -> None:
+        """Start the background thread that calls :meth:`_step` every ``interval_s``."""
+        self._thread = CoordinationThread(
+            name=name, lock=self._lock, step=self._step, stop=self._stop,
+            interval_s=interval_s, is_closed=lambda: self._closed, on_fatal=self._set_error)
+        self._thread.start()
+
+    def _step(self) -> None:
+        raise NotImplementedError
+
+    def _close_engine(self) -> None:
+        raise NotImplementedError
+
+    def _before_close(self) -> None:
+        """Runs after the coordination thread stopped, before the lock is taken."""
+
+    def _other_clients(self) -> list[Any]:
+        """Kafka clients besides the data consumer to close last."""
+        return []
+
+    # -- fetching -------------------------------------------------------------------------------
+
+    def _follow_plan(self, wanted: dict[TP, tuple[int, int]]) -> bool:
+        """Assign the partitions of a fetch plan (partition -> (epoch, position)) and seek each
+        whose epoch changed; True when any partition moved, was added or was dropped."""
+        current = {(tp.topic, tp.partition) for tp in self._data.assignment()}
+        if set(wanted) != current:
+            self._data.assign([TopicPartition(t, p) for t, p in wanted])
+        moved = False
+        for key, (epoch, position) in wanted.items():
+            if self._epochs.get(key) != epoch:
+                self._epochs[key] = epoch
+                self._data.seek(TopicPartition(*key), position)
+                moved = True
+        for key in [k for k in self._epochs if k not in wanted]:
+            del self._epochs[key]
+            moved = True
+        return moved
+
+    def _current(self, buffer: deque[tuple[Any, int]]) -> deque[tuple[Any, int]]:
+        """The buffered (record, epoch) pairs still of their partition's current epoch."""
+        return deque((r, e) for r, e in buffer if self._epochs.get((r.topic, r.partition)) == e)
+
+    def _poll_data(self, timeout_s: float, max_records: int) -> dict[TopicPartition, list[Any]]:
+        """Fetch with the data consumer; a Kafka failure becomes BrokerUnavailableError."""
+        try:
+            polled: dict[TopicPartition, list[Any]] = self._data.poll(
+                timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        except KafkaError as exc:
+            raise BrokerUnavailableError(f"fetching records failed: {exc}") from exc
+        return polled
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the coordination thread, close the engine (it releases what this member holds
+        and leaves the group), then the Kafka clients. Idempotent."""
+        if self._closed:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._before_close()
+        with self._lock:
+            self._closed = True
+            try:
+                self._close_engine()
+            finally:
+                for client in [self._data, *self._other_clients()]:
+                    try:
+                        client.close()
+                    except Exception:  # closing must not mask the error that led here
+                        log.debug("error closing a Kafka client", exc_info=True)
+                self._marshaler._member_closed(self)
