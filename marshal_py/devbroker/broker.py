@@ -216,7 +216,9 @@ class DevBroker:
         lib = resolve_kafka_jars(self.cache_dir)
 
         _check_port_free(self.port, "port")
-        self.controller_port = free_port(exclude=frozenset({self.port}))
+        if self.controller_port is None or not _port_is_free(self.controller_port):
+            # A restart keeps the controller port when it can (the quorum's address).
+            self.controller_port = free_port(exclude=frozenset({self.port}))
 
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -281,6 +283,18 @@ class DevBroker:
             else:
                 shutil.rmtree(self.data_dir, ignore_errors=True)
 
+    def kill(self) -> None:
+        """SIGKILL the broker, as a crash would, and keep its data directory and ports:
+        :meth:`start` brings it back on the same data (a fault-injection tool)."""
+        proc = self._proc
+        if proc is None:
+            return
+        log.info("killing the Kafka broker (pid %d) with SIGKILL", proc.pid)
+        self._kill()
+        self._proc = None
+        with contextlib.suppress(OSError):
+            self._pid_path.unlink()
+
     def __enter__(self) -> DevBroker:
         """Start the broker (see :meth:`start`)."""
         return self.start()
@@ -304,18 +318,25 @@ class DevBroker:
     def _kafka_log_dir(self) -> Path:
         return self.data_dir / "logs"
 
-    def _write_config(self) -> Path:
+    def _server_properties(self) -> str:
+        """The broker's ``server.properties`` (subclasses may extend or replace it)."""
         assert self.controller_port is not None
-        properties = self.data_dir / "server.properties"
-        properties.write_text(
-            _SERVER_PROPERTIES.format(
-                host=HOST,
-                port=self.port,
-                controller_port=self.controller_port,
-                log_dirs=self._kafka_log_dir,
-            ),
-            encoding="utf-8",
+        return _SERVER_PROPERTIES.format(
+            host=HOST,
+            port=self.port,
+            controller_port=self.controller_port,
+            log_dirs=self._kafka_log_dir,
         )
+
+    def client_config(self) -> dict[str, object]:
+        """kafka-python settings a client needs to talk to this broker (beyond
+        ``bootstrap_servers``); empty for the plain broker, security settings for a secured
+        one."""
+        return {}
+
+    def _write_config(self) -> Path:
+        properties = self.data_dir / "server.properties"
+        properties.write_text(self._server_properties(), encoding="utf-8")
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES, encoding="utf-8")
         return properties
 
@@ -442,6 +463,7 @@ class DevBroker:
             admin = KafkaAdminClient(
                 bootstrap_servers=self.bootstrap_servers,
                 client_id="marshal-devbroker-probe",
+                **self.client_config(),
                 # A broker opens its client port only once it can serve, so it answers at once;
                 # short timeouts keep a silent listener from delaying the fail-fast checks.
                 request_timeout_ms=2000,

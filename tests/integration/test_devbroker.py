@@ -202,6 +202,21 @@ def test_restart_keeps_an_explicit_data_dir(broker: DevBroker) -> None:
     assert _consume(broker.bootstrap_servers, topic, 1) == [b"survives"]
 
 
+def test_kill_9_and_restart_on_the_same_data_keeps_acknowledged_records(
+        broker: DevBroker) -> None:
+    topic = f"kill-{uuid.uuid4().hex[:8]}"
+    _create_topic(broker.bootstrap_servers, topic)
+    _produce(broker.bootstrap_servers, topic, [b"acked-before-the-crash"])
+    pid, port, controller_port = broker.pid, broker.port, broker.controller_port
+    assert pid is not None
+    broker.kill()
+    assert _process_gone(pid) and broker.pid is None and broker.data_dir.is_dir()
+    broker.start()
+    assert (broker.port, broker.controller_port) == (port, controller_port)
+    assert broker.pid not in (None, pid)
+    assert _consume(broker.bootstrap_servers, topic, 1) == [b"acked-before-the-crash"]
+
+
 def test_temporary_data_dir_is_removed_by_stop() -> None:
     dev = DevBroker()
     assert dev.data_dir.is_dir()
