@@ -4,6 +4,7 @@ Consumers write small records to a coordination topic (``__marshal``); every cli
 that log with the same deterministic rationalizer and so reaches the same world state.
 """
 
+from marshal_py.auth_keys import load_group_keys
 from marshal_py.client import (
     Consumer,
     KeySharedConsumer,
@@ -20,6 +21,7 @@ from marshal_py.errors import (
     MarshalError,
     TopicNotFoundError,
 )
+from marshal_py.protocol.auth import GroupKey
 from marshal_py.world import (
     ClaimStatus,
     CoordinationRecord,
@@ -42,6 +44,7 @@ __all__ = [
     "CoordinationRecord",
     "CoordinationTopicError",
     "DevBrokerError",
+    "GroupKey",
     "KeySharedConsumer",
     "MarshalError",
     "Marshaler",
@@ -55,4 +58,5 @@ __all__ = [
     "TopicNotFoundError",
     "Verdict",
     "__version__",
+    "load_group_keys",
 ]

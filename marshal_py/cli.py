@@ -18,6 +18,8 @@ import click
 from marshal_py.admin.admin_commands import metrics_options, start_metrics
 from marshal_py.admin.cli_common import (
     Progress,
+    auth_keys_option,
+    current_group_keys,
     kafka_options,
     open_log,
     print_table,
@@ -27,6 +29,7 @@ from marshal_py.admin.world_view import (
     RECORD_COLUMNS,
     SHARE_COLUMNS,
     STATE_COLUMNS,
+    WorldView,
     load_world,
     record_rows,
     share_rows,
@@ -110,6 +113,7 @@ def state(bootstrap_servers: str, coordination_topic: str, timeout: float,
             window_ms=int(replay_window * 1000),
             topic=topic,
             offsets_retention_ms=int(offsets_retention * 1000),
+            group_keys=current_group_keys(),
             progress=Progress(),
         )
     rows = state_rows(view, group=group, topic=topic)
@@ -124,6 +128,7 @@ def state(bootstrap_servers: str, coordination_topic: str, timeout: float,
         else:
             chosen = [r.as_dict() for r in rows]
         click.echo(json.dumps(chosen, indent=2))
+        _print_counters(view, group)
         return
     if rows:
         print_table(STATE_COLUMNS, [[getattr(r, c) for c in STATE_COLUMNS] for r in rows])
@@ -136,12 +141,22 @@ def state(bootstrap_servers: str, coordination_topic: str, timeout: float,
         print_table(RECORD_COLUMNS, [[r[c] for c in RECORD_COLUMNS] for r in record_table])
     if not rows and not share_table:
         click.echo(f"no claims in {coordination_topic} (replayed {view.applied} records)")
+    _print_counters(view, group)
+
+
+def _print_counters(view: WorldView, group: str | None) -> None:
+    """The replay's counters on stderr, with the rejections of authenticated groups."""
     counters = view.rationalizer
     click.echo(
         f"records replayed: {view.applied}, ignored by the rules: {counters.ignored_count()}, "
         f"undecodable or unknown: {counters.skipped_count()}",
         err=True,
     )
+    for authenticated in sorted(set(counters.rejected) | set(counters.config.group_keys)):
+        if group is None or authenticated == group:
+            click.echo(f"rejected (unsigned, badly signed or replayed) records of "
+                       f"authenticated group {authenticated}: "
+                       f"{counters.rejected[authenticated]}", err=True)
 
 
 def _tail_line(outcome: Outcome) -> dict[str, object]:
@@ -207,7 +222,8 @@ def tail(bootstrap_servers: str, coordination_topic: str, timeout: float,
         ends = {p: log.end_position(p) for p in chosen}
         rationalizer = Rationalizer(RationalizerConfig(
             coordination_partitions=count, heartbeat_interval_ms=int(heartbeat_interval * 1000),
-            offsets_retention_ms=int(offsets_retention * 1000)))
+            offsets_retention_ms=int(offsets_retention * 1000),
+            group_keys=current_group_keys()))
 
         def observe(outcome: Outcome) -> None:
             if outcome.record.position >= ends[outcome.record.partition] - lines:
@@ -312,6 +328,7 @@ def _record_json(record: Any) -> dict[str, object]:
               help="Stop (commit and release) after N records.")
 @click.option("--print", "print_records", is_flag=True,
               help="Write each record as one JSON line on stdout.")
+@auth_keys_option
 @metrics_options
 def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, group: str,
             topics: tuple[str, ...], mode: str, client_id: str | None,
@@ -324,7 +341,8 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
     from marshal_py.client.marshaler import Marshaler
 
     marshaler = Marshaler(bootstrap_servers, group, client_id, heartbeat_interval,
-                          coordination_topic=coordination_topic, timeout=timeout)
+                          coordination_topic=coordination_topic, timeout=timeout,
+                          auth_keys=current_group_keys().get(group, ()))
     try:
         start_metrics(marshaler)  # --metrics-port: serves until the command ends
         reset = cast(OffsetReset, offset_reset)

@@ -22,6 +22,7 @@ import click
 
 from marshal_py.admin.cli_common import (
     Progress,
+    current_group_keys,
     kafka_options,
     open_log,
     open_topics,
@@ -45,7 +46,7 @@ def _load(log: KafkaLog, heartbeat_interval: float, replay_window: float,
     return load_world(log, heartbeat_interval_ms=int(heartbeat_interval * 1000),
                       window_ms=int(replay_window * 1000), topic=topic, group=group,
                       offsets_retention_ms=int(offsets_retention * 1000),
-                      progress=Progress())
+                      group_keys=current_group_keys(), progress=Progress())
 
 
 def _check_topic(log: KafkaLog, topic: str | None) -> None:
@@ -175,7 +176,8 @@ def reset_offsets(bootstrap_servers: str, coordination_topic: str, timeout: floa
                        heartbeat_interval_ms=int(heartbeat_interval * 1000),
                        window_ms=int(replay_window * 1000),
                        offsets_retention_ms=int(offsets_retention * 1000),
-                       dry_run=dry_run, progress=Progress())
+                       group_keys=current_group_keys(), dry_run=dry_run,
+                       progress=Progress())
     if as_json:
         click.echo(json.dumps(result.as_json(), indent=2))
     elif result.mode == "share":

@@ -15,10 +15,12 @@ from typing import Any
 
 import click
 
+from marshal_py.auth_keys import load_group_keys
 from marshal_py.client.source import KafkaPartitionSource
-from marshal_py.errors import BrokerUnavailableError, TopicNotFoundError
+from marshal_py.errors import BrokerUnavailableError, ConfigurationError, TopicNotFoundError
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
+from marshal_py.protocol.auth import GroupKey
 from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -40,8 +42,37 @@ def kafka_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+_GROUP_KEYS = "marshal.group_keys"
+
+
+def _load_auth_keys(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        try:
+            ctx.meta[_GROUP_KEYS] = load_group_keys(value)
+        except ConfigurationError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from exc
+
+
+def current_group_keys() -> dict[str, tuple[GroupKey, ...]]:
+    """The keys of ``--auth-keys`` of the running command (empty without the option)."""
+    ctx = click.get_current_context(silent=True)
+    keys: dict[str, tuple[GroupKey, ...]] = {} if ctx is None else ctx.meta.get(_GROUP_KEYS, {})
+    return keys
+
+
+def auth_keys_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--auth-keys FILE (read with :func:`current_group_keys`)."""
+    return click.option(
+        "--auth-keys", type=click.Path(dir_okay=False), expose_value=False,
+        callback=_load_auth_keys,
+        help="File of the keys of authenticated groups (GROUP KEY_ID BASE64-SECRET per line): "
+             "verify their records as their members do, and sign what this command writes."
+    )(func)
+
+
 def replay_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--heartbeat-interval, --replay-window and --offsets-retention."""
+    """--heartbeat-interval, --replay-window, --offsets-retention and --auth-keys."""
+    func = auth_keys_option(func)
     func = click.option(
         "--offsets-retention", type=click.FloatRange(min=60), show_default=True,
         default=DEFAULT_OFFSETS_RETENTION_MS / 1000,

@@ -11,7 +11,7 @@ applied (a member that joined meanwhile makes it not apply, never corrupt).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from marshal_py.admin.groups import member_name
@@ -21,11 +21,13 @@ from marshal_py.errors import MarshalError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.log.replay import catch_up
 from marshal_py.protocol import (
+    GroupKey,
     Message,
     ResettingOffsets,
     ResettingSharePartition,
     coordination_partition,
     encode,
+    sign,
 )
 from marshal_py.world import Outcome, Verdict
 from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS
@@ -112,7 +114,9 @@ def _refuse_live(view: WorldView, group: str, topic: str, kind: str) -> None:
 def _write_and_read_back(log: CoordinationLog, view: WorldView, topic: str,
                          messages: list[Message]) -> list[Outcome | None]:
     cp = coordination_partition(topic, log.partition_count())
-    written = [log.append(cp, encode(m)).position for m in messages]
+    keys = view.rationalizer.config.group_keys
+    written = [log.append(cp, sign(encode(m), keys[m.group_id][0]) if m.group_id in keys
+                          else encode(m)).position for m in messages]
     outcomes: dict[int, Outcome] = {}
     view.rationalizer.observe(lambda o: outcomes.__setitem__(o.record.position, o))
     catch_up(log, view.rationalizer, [cp])
@@ -121,12 +125,14 @@ def _write_and_read_back(log: CoordinationLog, view: WorldView, topic: str,
 
 def load_group(log: CoordinationLog, group: str, topic: str, *, heartbeat_interval_ms: int,
                window_ms: int, offsets_retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
+               group_keys: Mapping[str, tuple[GroupKey, ...]] | None = None,
                progress: Callable[[int, int], None] | None = None) -> WorldView:
     """The world of ``group`` on ``topic``: its coordination partition replayed from the
-    group's newest checkpoint (or the window's start)."""
+    group's newest checkpoint (or the window's start). With the group's keys in
+    ``group_keys``, what a reset writes is signed."""
     return load_world(log, heartbeat_interval_ms=heartbeat_interval_ms, window_ms=window_ms,
                       topic=topic, group=group, offsets_retention_ms=offsets_retention_ms,
-                      progress=progress)
+                      group_keys=group_keys, progress=progress)
 
 
 def reset_offsets(
@@ -139,6 +145,7 @@ def reset_offsets(
     heartbeat_interval_ms: int,
     window_ms: int,
     offsets_retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
+    group_keys: Mapping[str, tuple[GroupKey, ...]] | None = None,
     dry_run: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> ResetResult:
@@ -152,7 +159,7 @@ def reset_offsets(
     """
     view = load_group(log, group, topic, heartbeat_interval_ms=heartbeat_interval_ms,
                       window_ms=window_ms, offsets_retention_ms=offsets_retention_ms,
-                      progress=progress)
+                      group_keys=group_keys, progress=progress)
     mode = group_mode(view, group, topic)
     if mode is None:
         raise MarshalError(f"unknown group: no share group {group!r}, nor an exclusive or "
@@ -214,6 +221,7 @@ def reset_share_offsets(
     *,
     heartbeat_interval_ms: int,
     window_ms: int,
+    group_keys: Mapping[str, tuple[GroupKey, ...]] | None = None,
     dry_run: bool = False,
 ) -> list[ResetPlan]:
     """Move every share-partition of ``group`` on ``topic`` to ``target(partition)``.
@@ -222,5 +230,5 @@ def reset_share_offsets(
     enforces the same rule, so a member joining meanwhile makes the reset fail, not corrupt.
     """
     view = load_group(log, group, topic, heartbeat_interval_ms=heartbeat_interval_ms,
-                      window_ms=window_ms)
+                      window_ms=window_ms, group_keys=group_keys)
     return _reset_shares(log, view, group, topic, target, dry_run)

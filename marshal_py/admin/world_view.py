@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from marshal_py.log.base import CoordinationLog
 from marshal_py.log.checkpoints import start_from_checkpoints
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up, replay_start
+from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.placement import coordination_partition
 from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS
 from marshal_py.world.rationalizer import (
@@ -71,6 +72,7 @@ def load_world(
     topic: str | None = None,
     group: str | None = None,
     offsets_retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
+    group_keys: Mapping[str, tuple[GroupKey, ...]] | None = None,
     now_ms: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
@@ -81,7 +83,7 @@ def load_world(
     the replay starts from that group's newest checkpoint on the topic (the window's start
     when it has none), so only the group's state on the topic is complete. ``now_ms``
     defaults to this machine's clock (used to place the replay window and to judge
-    freshness).
+    freshness). ``group_keys``: the keys of authenticated groups, to verify their records.
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
     count = log.partition_count()
@@ -90,7 +92,7 @@ def load_world(
     )
     config = RationalizerConfig(
         coordination_partitions=count, heartbeat_interval_ms=heartbeat_interval_ms,
-        offsets_retention_ms=offsets_retention_ms,
+        offsets_retention_ms=offsets_retention_ms, group_keys=dict(group_keys or {}),
     )
     rationalizer = Rationalizer(config)
     if on_outcome is not None:

@@ -15,7 +15,7 @@ from marshal_py.errors import MarshalError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.log.checkpoints import start_from_checkpoints
 from marshal_py.log.replay import catch_up, replay_start
-from marshal_py.protocol import Checkpoint, Message, coordination_partition, encode
+from marshal_py.protocol import Checkpoint, Message, coordination_partition, encode, sign
 from marshal_py.world import Owner, Rationalizer
 
 log = logging.getLogger(__name__)
@@ -110,10 +110,15 @@ class CoordinationChannel:
         catch_up(self.log, self.rationalizer, sorted(set(self.partitions.values())))
 
     def append(self, message: Message) -> int:
-        """Write a message to its topic's coordination partition; return its broker time."""
+        """Write a message to its topic's coordination partition; return its broker time.
+        A message about an authenticated group is signed with the group's first key."""
         partition = self.partitions[message.topic]
         sent = self.clock.now_ms()
-        record = self.log.append(partition, encode(message))
+        value = encode(message)
+        keys = self.rationalizer.config.group_keys.get(message.group_id)
+        if keys:
+            value = sign(value, keys[0])
+        record = self.log.append(partition, value)
         self.clock.observe(record.timestamp_ms, sent, self.clock.now_ms())
         self.records_written += 1
         return record.timestamp_ms

@@ -146,6 +146,7 @@ class MemberEngine(GroupMember[EngineConfig]):
         self._expire_leases(self.clock.now_ms())
         if not caught_up:
             return
+        self._require_keys_if_signed()
         self._announce_if_due(self.clock.now_ms())
         for topic in self.config.topics:
             self._balance(topic)

@@ -248,6 +248,7 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
             caught_up = self._refresh()  # read our heartbeats back: that renews the leases
         if not caught_up:
             return
+        self._require_keys_if_signed()
         self._announce_if_due(self.clock.now_ms())
         for topic in self.config.topics:
             count = self.source.partition_count(topic) or 0

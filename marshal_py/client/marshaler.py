@@ -7,7 +7,7 @@ import os
 import random
 import socket
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, overload
 
@@ -23,6 +23,7 @@ from marshal_py.client.engine import EngineConfig, MemberEngine
 from marshal_py.client.engine_types import Balance, Mode, OffsetReset
 from marshal_py.client.key_shared_consumer import CommitMode, KeySharedConsumer
 from marshal_py.client.key_shared_engine import KeySharedConfig, KeySharedEngine
+from marshal_py.client.member_base import MAX_HEARTBEAT_INTERVAL_MS, MIN_HEARTBEAT_INTERVAL_MS
 from marshal_py.client.share_consumer import AckMode, ShareConsumer
 from marshal_py.client.share_engine import ShareConfig, ShareEngine
 from marshal_py.client.source import KafkaPartitionSource
@@ -30,10 +31,12 @@ from marshal_py.errors import ConfigurationError, TopicNotFoundError
 from marshal_py.identity import new_instance_id
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up
+from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.messages import (
     DEFAULT_DELIVERY_LIMIT,
     DEFAULT_INFLIGHT_LIMIT,
     DEFAULT_LOCK_MS,
+    id_problem,
 )
 from marshal_py.world import (
     DEFAULT_OFFSETS_RETENTION_MS,
@@ -73,6 +76,10 @@ class Marshaler:
     ``checkpoint_interval`` (seconds): how often the group's checkpoint is re-written, which
     bounds how much of the log a joining member replays. ``offsets_retention`` (seconds): how
     long the group's offsets outlive its last member (KIP-211; every member must agree).
+    ``auth_keys``: makes the group authenticated (PROTOCOL.md, authenticated groups): every
+    record this member writes is signed with the first key, and records about the group
+    that no key signed are ignored (counted in ``rationalizer.rejected_count()``). Give
+    every member the same keys; while rotating, two (new first once all members know it).
     """
 
     def __init__(
@@ -88,13 +95,31 @@ class Marshaler:
         kafka_config: Mapping[str, Any] | None = None,
         checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL_MS / 1000,
         offsets_retention: float = DEFAULT_OFFSETS_RETENTION_MS / 1000,
+        auth_keys: Sequence[GroupKey] = (),
     ) -> None:
         if not group_id:
             raise ConfigurationError("group_id is required: name the consumer group")
-        if heartbeat_interval < 0.01:
-            raise ConfigurationError("heartbeat_interval must be at least 0.01 seconds")
+        for kind, value in (("group_id", group_id), ("client_id", client_id or "")):
+            problem = id_problem(kind, value)
+            if problem is not None:
+                raise ConfigurationError(problem)
+        if not MIN_HEARTBEAT_INTERVAL_MS <= heartbeat_interval * 1000 \
+                <= MAX_HEARTBEAT_INTERVAL_MS:
+            raise ConfigurationError(
+                f"heartbeat_interval must be between {MIN_HEARTBEAT_INTERVAL_MS / 1000:g} and "
+                f"{MAX_HEARTBEAT_INTERVAL_MS / 1000:g} seconds, not {heartbeat_interval}")
         if replay_window < 0:
             raise ConfigurationError("replay_window must be >= 0 seconds (0: everything)")
+        if 0 < replay_window < 4 * heartbeat_interval:
+            raise ConfigurationError(
+                "replay_window must be 0 (everything) or at least 4 heartbeat intervals, or "
+                "readers can miss live claims (PROTOCOL.md, bounded replay)")
+        keys = tuple(auth_keys)
+        if any(not isinstance(k, GroupKey) for k in keys):
+            raise ConfigurationError("auth_keys must be GroupKey objects (see "
+                                     "marshal_py.load_group_keys)")
+        if len({k.key_id for k in keys}) != len(keys):
+            raise ConfigurationError("auth_keys hold the same key id twice")
         if checkpoint_interval < 1:
             raise ConfigurationError("checkpoint_interval must be at least 1 second")
         if offsets_retention < 60:
@@ -118,6 +143,7 @@ class Marshaler:
             coordination_partitions=self._log.partition_count(),
             heartbeat_interval_ms=self._hi_ms,
             offsets_retention_ms=int(offsets_retention * 1000),
+            group_keys={group_id: keys} if keys else {},
         ))
         self._warn_if_retention_too_short()
         self.clock = BrokerClock()

@@ -20,9 +20,15 @@ from marshal_py.errors import ClientIdInUseError, ConfigurationError, MarshalErr
 from marshal_py.log.base import CoordinationLog
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.protocol import MemberHeartbeat, Message
+from marshal_py.protocol.messages import id_problem
 from marshal_py.world import Owner, Rationalizer
 
 log = logging.getLogger(__name__)
+
+#: Bounds of the heartbeat interval: below 10 ms the log would be flooded; above an hour a
+#: crashed member would hold its work for hours.
+MIN_HEARTBEAT_INTERVAL_MS = 10
+MAX_HEARTBEAT_INTERVAL_MS = 3_600_000
 
 
 @dataclass(frozen=True)
@@ -47,14 +53,28 @@ class MemberConfig:
             raise ConfigurationError("instance_id is empty")
         if not self.topics or any(not t for t in self.topics):
             raise ConfigurationError("give at least one topic to consume, none empty")
+        for kind, value in (("group_id", self.group_id), ("client_id", self.client_id),
+                            ("instance_id", self.instance_id),
+                            *(("topic", t) for t in self.topics)):
+            problem = id_problem(kind, value)
+            if problem is not None:
+                raise ConfigurationError(problem)
         if self.offset_reset not in ("latest", "earliest"):
             raise ConfigurationError(
                 f"offset_reset must be 'latest' or 'earliest', not {self.offset_reset!r}"
             )
-        if self.heartbeat_interval_ms < 10:
-            raise ConfigurationError("heartbeat_interval must be at least 0.01 s")
+        if not MIN_HEARTBEAT_INTERVAL_MS <= self.heartbeat_interval_ms \
+                <= MAX_HEARTBEAT_INTERVAL_MS:
+            raise ConfigurationError(
+                f"heartbeat_interval must be between {MIN_HEARTBEAT_INTERVAL_MS / 1000:g} s "
+                f"and {MAX_HEARTBEAT_INTERVAL_MS / 1000:g} s, not "
+                f"{self.heartbeat_interval_ms / 1000} s")
         if self.replay_window_ms < 0:
             raise ConfigurationError("replay_window must be >= 0 (0: everything)")
+        if 0 < self.replay_window_ms < 4 * self.heartbeat_interval_ms:
+            raise ConfigurationError(
+                "replay_window must be 0 (everything) or at least 4 heartbeat intervals, or "
+                "readers can miss live claims (PROTOCOL.md, bounded replay)")
         if self.checkpoint_interval_ms < 1000:
             raise ConfigurationError("checkpoint_interval must be at least 1 second")
 
@@ -110,9 +130,22 @@ class GroupMember(Generic[ConfigT]):
     def _join(self) -> None:
         """Replay the log and announce this member on every topic."""
         self.channel.open(self.config.replay_window_ms)
+        self._require_keys_if_signed()
         joined = [self._append(self._member_heartbeat(t, active=True)) for t in self.config.topics]
         self._joined_ms = min(joined)
         self._next_member_heartbeat_ms = self.clock.now_ms() + self._jittered()
+
+    def _require_keys_if_signed(self) -> None:
+        """Stop (ConfigurationError) if the log shows the group is authenticated and this
+        member has no key: it would accept records the others reject, and both sides could
+        believe they own the same work."""
+        group = self.config.group_id
+        if (group in self.rationalizer.signed_groups
+                and group not in self.rationalizer.config.group_keys):
+            raise ConfigurationError(
+                f"group {group!r} is authenticated (its coordination records are signed) but "
+                "this member has no key; pass the group's keys (Marshaler(auth_keys=...), "
+                "marshal ... --auth-keys FILE)")
 
     def _announce_if_due(self, now: int, *, strict: bool = False) -> None:
         """Write the periodic membership heartbeats when due (``strict``: errors propagate)."""

@@ -122,6 +122,7 @@ class ShareEngine(GroupMember[ShareConfig]):
             return
         self._catch_up()
         now = self.clock.now_ms()
+        self._require_keys_if_signed()
         self._announce_if_due(now, strict=True)
         for topic in self.config.topics:
             count = self.source.partition_count(topic) or 0

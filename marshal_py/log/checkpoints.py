@@ -9,14 +9,16 @@ chunks, so the work is about one checkpoint interval of records however old the 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from marshal_py.log.base import CoordinationLog
-from marshal_py.protocol.codec import DecodeError, decode
-from marshal_py.protocol.messages import Checkpoint
+from marshal_py.protocol.auth import Signature, is_signed
+from marshal_py.protocol.codec import DecodeError, decode_signed
+from marshal_py.protocol.messages import Checkpoint, Message
 from marshal_py.world.checkpoint import CheckpointError
 from marshal_py.world.rationalizer import Rationalizer
+from marshal_py.world.records import CoordinationRecord
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +36,14 @@ class FoundCheckpoint:
     checkpoint: Checkpoint
 
 
+#: Why a record is not authentic (None when it is): Rationalizer.refusal.
+Refusal = Callable[[Message, Signature | None, int], str | None]
+
+
 def read_range(log_: CoordinationLog, partition: int, start: int, end: int,
-               fetch_timeout_s: float = 1.0) -> list[tuple[int, bytes | None]]:
-    """(position, value) of the records of ``partition`` in [start, end)."""
-    out: list[tuple[int, bytes | None]] = []
+               fetch_timeout_s: float = 1.0) -> list[CoordinationRecord]:
+    """The records of ``partition`` in [start, end)."""
+    out: list[CoordinationRecord] = []
     position = start
     empty = 0
     while position < end:
@@ -49,18 +55,29 @@ def read_range(log_: CoordinationLog, partition: int, start: int, end: int,
                 break  # positions that never arrive (transaction markers): stop here
             continue
         empty = 0
-        out.extend((r.position, r.value) for r in batch)
+        out.extend(batch)
         position = batch[-1].position + 1
     return out
 
 
+def _may_be_checkpoint(value: bytes | None) -> bool:
+    if value is None:
+        return False
+    if is_signed(value):  # Signed/2/<key id>/<mac>/Checkpoint/...
+        return _PREFIX in value
+    return value.startswith(_PREFIX)
+
+
 def newest_checkpoints(log_: CoordinationLog, partition: int, group: str,
-                       topics: Iterable[str], floor: int) -> dict[str, FoundCheckpoint]:
+                       topics: Iterable[str], floor: int,
+                       refusal: Refusal | None = None) -> dict[str, FoundCheckpoint]:
     """The newest usable checkpoint of ``group`` for each of ``topics`` on ``partition``.
 
     Reads backwards from the end in chunks that grow fourfold, never below ``floor`` (the
     replay window's start). A checkpoint is usable when its state position is not after its
-    own record and not before the oldest retained record. Topics with none are left out.
+    own record and not before the oldest retained record, and ``refusal`` (the
+    rationalizer's authenticity check) finds nothing against it. Topics with none are left
+    out.
     """
     wanted = set(topics)
     found: dict[str, FoundCheckpoint] = {}
@@ -70,15 +87,21 @@ def newest_checkpoints(log_: CoordinationLog, partition: int, group: str,
     chunk = _FIRST_CHUNK
     while high > floor and wanted - set(found):
         low = max(floor, high - chunk)
-        for position, value in reversed(read_range(log_, partition, low, high)):
-            if value is None or not value.startswith(_PREFIX):
+        for record in reversed(read_range(log_, partition, low, high)):
+            position, value = record.position, record.value
+            if value is None or not _may_be_checkpoint(value):
                 continue
             try:
-                message = decode(value)
+                message, signature = decode_signed(value)
             except DecodeError:
                 continue
             if (not isinstance(message, Checkpoint) or message.group_id != group
                     or message.topic not in wanted or message.topic in found):
+                continue
+            why = None if refusal is None else refusal(message, signature, record.timestamp_ms)
+            if why is not None:
+                log.warning("ignoring a checkpoint of %s/%s at position %d: %s", group,
+                            message.topic, position, why)
                 continue
             if not oldest <= message.position <= position:
                 log.debug("checkpoint of %s/%s at %d names position %d: unusable", group,
@@ -100,7 +123,8 @@ def start_from_checkpoints(log_: CoordinationLog, rationalizer: Rationalizer, pa
     checkpoints existed).
     """
     topics = tuple(topics)
-    found = newest_checkpoints(log_, partition, group, topics, window_start)
+    found = newest_checkpoints(log_, partition, group, topics, window_start,
+                               rationalizer.refusal)
     starts = []
     for topic in topics:
         entry = found.get(topic)

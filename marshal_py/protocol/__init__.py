@@ -1,9 +1,11 @@
 """The coordination protocol's wire format (pure: no I/O, no clocks)."""
 
+from marshal_py.protocol.auth import GroupKey, Signature, sign, verify
 from marshal_py.protocol.codec import (
     DecodeError,
     DecodeErrorKind,
     decode,
+    decode_signed,
     encode,
     escape_field,
     register,
@@ -44,6 +46,7 @@ __all__ = [
     "ClaimingPartition",
     "DecodeError",
     "DecodeErrorKind",
+    "GroupKey",
     "Heartbeat",
     "InitializingSharePartition",
     "KEY_SLOTS",
@@ -59,8 +62,10 @@ __all__ = [
     "ResettingOffsets",
     "ResettingSharePartition",
     "ShareMessage",
+    "Signature",
     "coordination_partition",
     "decode",
+    "decode_signed",
     "encode",
     "escape_field",
     "format_ranges",
@@ -69,6 +74,8 @@ __all__ = [
     "parse_ranges",
     "ranges_of",
     "register",
+    "sign",
     "unescape_field",
+    "verify",
     "wire_version",
 ]

@@ -18,7 +18,13 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from marshal_py.protocol.messages import BASE_MESSAGE_TYPES, EXTENSION_MESSAGE_TYPES, Message
+from marshal_py.protocol.auth import Signature, is_signed, split_signed
+from marshal_py.protocol.messages import (
+    BASE_MESSAGE_TYPES,
+    EXTENSION_MESSAGE_TYPES,
+    Message,
+    id_problem,
+)
 
 SEPARATOR = "/"
 ESCAPED_VERSION = 2
@@ -117,6 +123,10 @@ def encode(message: Message) -> bytes:
     validate = getattr(message, "validate", None)
     if validate is not None:
         validate()  # ValueError: refuse to write what no reader would accept
+    for kind, value in _ids(message):
+        problem = id_problem(kind, value)
+        if problem is not None:
+            raise ValueError(f"{message_type.TYPE}: {problem}")
     version = wire_version(message)
     fields = [_format_field(getattr(message, name)) for name, _ in _field_kinds(message_type)]
     if version >= ESCAPED_VERSION:
@@ -134,7 +144,25 @@ def _parse_int(text: str, name: str) -> int:
 
 
 def decode(data: bytes) -> Message:
-    """Parse a record value; raises :class:`DecodeError` and nothing else."""
+    """Parse a record value; raises :class:`DecodeError` and nothing else. A signed record
+    gives the message it wraps, unverified (see :func:`decode_signed`)."""
+    return decode_signed(data)[0]
+
+
+def decode_signed(data: bytes) -> tuple[Message, Signature | None]:
+    """Parse a record value, signed or not: the message and its signature (None when the
+    record is not signed). Raises :class:`DecodeError` and nothing else; verifying the
+    signature is the reader's business (:func:`marshal_py.protocol.auth.verify`)."""
+    if isinstance(data, bytes) and is_signed(data):
+        try:
+            signature = split_signed(data)
+        except ValueError as exc:
+            raise DecodeError(DecodeErrorKind.MALFORMED, str(exc)) from exc
+        return _decode_message(signature.body), signature
+    return _decode_message(data), None
+
+
+def _decode_message(data: bytes) -> Message:
     try:
         text = data.decode("utf-8")
     except (UnicodeDecodeError, AttributeError) as exc:
@@ -177,7 +205,17 @@ def decode(data: bytes) -> Message:
     return message
 
 
+def _ids(message: Message) -> tuple[tuple[str, str], ...]:
+    return (("group_id", message.group_id), ("client_id", message.client_id),
+            ("instance_id", message.instance_id), ("topic", message.topic))
+
+
 def _check_ranges(type_name: str, values: dict[str, Any]) -> None:
+    for kind in ("group_id", "client_id", "instance_id", "topic"):
+        value = values.get(kind)
+        problem = None if not isinstance(value, str) else id_problem(kind, value)
+        if problem is not None:
+            raise DecodeError(DecodeErrorKind.MALFORMED, f"{type_name} {problem}")
     partition = values.get("partition")
     if isinstance(partition, int) and not 0 <= partition <= _INT32_MAX:
         raise DecodeError(DecodeErrorKind.MALFORMED, f"{type_name} partition {partition} < 0")

@@ -8,6 +8,7 @@ seconds; it is informational only: the rationalizer decides with the broker's ti
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -22,6 +23,20 @@ DEFAULT_INFLIGHT_LIMIT = 2_000
 #: work any single share record can cause a reader.
 MAX_INFLIGHT_LIMIT = 10_000
 ACK_KINDS = frozenset({"accept", "release", "reject"})
+#: Longest group, client and instance id, and longest topic name (Kafka's own limit), in
+#: characters. Longer ones are refused when written and malformed when read.
+MAX_ID_CHARS = 255
+MAX_TOPIC_CHARS = 249
+
+
+def id_problem(kind: str, value: str) -> str | None:
+    """What is wrong with a group / client / instance id or a topic name (None: nothing)."""
+    limit = MAX_TOPIC_CHARS if kind == "topic" else MAX_ID_CHARS
+    if len(value) > limit:
+        return f"{kind} has {len(value)} characters, more than {limit}"
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        return f"{kind} {value[:40]!r} holds control characters"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from marshal_py.protocol.codec import DecodeError, DecodeErrorKind, decode
+from marshal_py.protocol.auth import GroupKey, Signature, verify
+from marshal_py.protocol.codec import DecodeError, DecodeErrorKind, decode_signed
 from marshal_py.protocol.messages import (
     AcknowledgingRecords,
     AcquiringRecords,
@@ -48,6 +49,8 @@ from marshal_py.world.share import InFlightRecord, RecordState, SharePartition, 
 from marshal_py.world.state import Owner, PartitionClaim, PartitionKey
 
 DEFAULT_HEARTBEAT_INTERVAL_MS = 10_000
+#: How far a signed record's own time may be from the broker's append time (replay guard).
+DEFAULT_AUTH_MAX_SKEW_MS = 120_000
 
 
 class Verdict(enum.Enum):
@@ -80,6 +83,8 @@ class Verdict(enum.Enum):
     BEFORE_CHECKPOINT = "before_checkpoint"
     RESET_IGNORED = "reset_ignored"
     MISPLACED = "misplaced"
+    #: A record about an authenticated group that is unsigned, badly signed, or replayed.
+    REJECTED = "rejected"
     # Records that were skipped.
     DUPLICATE = "duplicate"
     TOMBSTONE = "tombstone"
@@ -157,12 +162,18 @@ class RationalizerConfig:
     topic are honoured only on that topic's coordination partition). ``heartbeat_interval_ms``:
     the heartbeat interval (HI); ``group_heartbeat_intervals`` overrides it per group.
     ``offsets_retention_ms``: how long an Empty group's offsets outlive it (KIP-211).
+    ``group_keys``: the authenticated groups and their keys (two while a key rotates): every
+    record about such a group must be signed with one of them, and its own time
+    (``sent_at``) be within ``auth_max_skew_ms`` of the broker's append time; other records
+    about it are rejected (PROTOCOL.md, authenticated groups).
     """
 
     coordination_partitions: int
     heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
     group_heartbeat_intervals: Mapping[str, int] = field(default_factory=dict)
     offsets_retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS
+    group_keys: Mapping[str, tuple[GroupKey, ...]] = field(default_factory=dict)
+    auth_max_skew_ms: int = DEFAULT_AUTH_MAX_SKEW_MS
 
     def __post_init__(self) -> None:
         if self.coordination_partitions < 1:
@@ -172,6 +183,11 @@ class RationalizerConfig:
         for hi in (self.heartbeat_interval_ms, *self.group_heartbeat_intervals.values()):
             if hi < 1:
                 raise ValueError(f"heartbeat intervals must be >= 1 ms, got {hi}")
+        for group, keys in self.group_keys.items():
+            if not keys:
+                raise ValueError(f"authenticated group {group!r} has no key")
+        if self.auth_max_skew_ms < 1000:
+            raise ValueError("auth_max_skew_ms must be >= 1000 ms (senders write whole seconds)")
 
     def heartbeat_interval_for(self, group: str) -> int:
         """The HI of ``group`` in milliseconds."""
@@ -202,6 +218,11 @@ class Rationalizer:
         self._restored_at: dict[tuple[str, str], tuple[int, int]] = {}
         #: Offsets of share messages that did not apply (void acquisitions, stale acks).
         self.share_ignored_offsets = 0
+        #: Rejected records per authenticated group (unsigned, bad signature, replayed).
+        self.rejected: Counter[str] = Counter()
+        #: Groups seen in a signed record, verified or not: a member without the group's
+        #: keys must not take part (it would accept what the others reject).
+        self.signed_groups: set[str] = set()
         #: (group, topic) pairs whose offsets expired (Empty for longer than the retention).
         self.expired_groups = 0
         self._expired_now = False
@@ -237,9 +258,15 @@ class Rationalizer:
         if record.value is None:
             return Outcome(record, Verdict.TOMBSTONE)
         try:
-            message = decode(record.value)
+            message, signature = decode_signed(record.value)
         except DecodeError as exc:
             return Outcome(record, _DECODE_VERDICTS[exc.kind], detail=exc.detail)
+        if signature is not None:
+            self.signed_groups.add(message.group_id)
+        refusal = self.refusal(message, signature, record.timestamp_ms)
+        if refusal is not None:
+            self.rejected[message.group_id] += 1
+            return Outcome(record, Verdict.REJECTED, message, refusal)
         expected_partition = self._home_partition.get(message.topic)
         if expected_partition is None:
             expected_partition = coordination_partition(
@@ -622,6 +649,29 @@ class Rationalizer:
         yet pruned)."""
         life = self._groups.get((group, topic))
         return {} if life is None else dict(life.members)
+
+    def refusal(self, message: Message, signature: Signature | None,
+                timestamp_ms: int) -> str | None:
+        """Why a record about an authenticated group is not authentic (None: it is, or the
+        group is not authenticated)."""
+        keys = self.config.group_keys.get(message.group_id)
+        if keys is None:
+            return None
+        if signature is None:
+            return f"group {message.group_id!r} requires signed records; this one is unsigned"
+        if not verify(signature, keys):
+            known = ", ".join(k.key_id for k in keys)
+            return (f"bad signature (key id {signature.key_id!r}; group "
+                    f"{message.group_id!r} accepts {known})")
+        skew = abs(timestamp_ms - message.sent_at * 1000)
+        if skew > self.config.auth_max_skew_ms:
+            return (f"signed {skew // 1000} s away from its broker time (more than "
+                    f"{self.config.auth_max_skew_ms // 1000} s): a replayed record")
+        return None
+
+    def rejected_count(self, group: str | None = None) -> int:
+        """Records about authenticated groups that were rejected (of ``group``, or all)."""
+        return self.rejected[group] if group is not None else sum(self.rejected.values())
 
     def ignored_count(self) -> int:
         """Valid messages the rules ignored (lost claims, non-owners, misplaced)."""

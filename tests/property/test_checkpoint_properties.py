@@ -13,34 +13,15 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marshal_py.protocol import (
-    AcknowledgingRecords,
-    AcquiringRecords,
-    Checkpoint,
-    ClaimingKeyRanges,
-    ClaimingMessages,
-    ClaimingPartition,
-    Heartbeat,
-    InitializingSharePartition,
-    KeyRangesHeartbeat,
-    MemberHeartbeat,
-    Message,
-    ReleasingKeyRanges,
-    ReleasingPartition,
-    RenewingLocks,
-    ResettingOffsets,
-    encode,
-)
+from marshal_py.protocol import Checkpoint, ClaimingPartition, encode
 from marshal_py.world import CoordinationRecord, Rationalizer, RationalizerConfig
 from marshal_py.world.checkpoint import decode_state, encode_state
+from tests.property.streams import KINDS, message_for
 
 HI = 1_000
 RETENTION = 20 * HI
 SENDERS = [("i1", "a"), ("i2", "a"), ("i3", "b")]
 PAIRS = [("g1", "t"), ("g2", "t")]
-KINDS = ["claim", "heartbeat", "release", "messages", "member", "leave", "share-init",
-         "acquire", "ack", "renew", "key-claim", "key-heartbeat", "key-release", "checkpoint",
-         "reset", "junk"]
 
 op = st.tuples(
     st.sampled_from(KINDS),
@@ -51,32 +32,6 @@ op = st.tuples(
     st.integers(0, 40),                                    # an offset or slot
     st.integers(0, 1023),                                  # another slot
 )
-
-
-def message_for(kind: str, sender: tuple[str, str], pair: tuple[str, str], partition: int,
-                a: int, b: int) -> Message | None:
-    base = (0, sender[0], sender[1], pair[0], pair[1], partition)
-    lo, hi = min(a * 25, b), max(a * 25, b)
-    slots = f"{lo}-{hi}" if lo < hi else str(lo)
-    return {
-        "claim": lambda: ClaimingPartition(*base),
-        "heartbeat": lambda: Heartbeat(*base, a),
-        "release": lambda: ReleasingPartition(*base, a),
-        "messages": lambda: ClaimingMessages(*base, a),
-        "member": lambda: MemberHeartbeat(*base[:5], 1, a % 3 - 1),
-        "leave": lambda: MemberHeartbeat(*base[:5], 0, -1),
-        "share-init": lambda: InitializingSharePartition(*base, a, 3, 20),
-        "acquire": lambda: AcquiringRecords(*base, f"{a}-{a + 3}", 2_000),
-        "ack": lambda: AcknowledgingRecords(*base, f"{a}-{a + 1}",
-                                            ("accept", "release", "reject")[b % 3]),
-        "renew": lambda: RenewingLocks(*base, f"{a}-{a + 5}", 3_000),
-        "key-claim": lambda: ClaimingKeyRanges(*base, slots),
-        "key-heartbeat": lambda: KeyRangesHeartbeat(*base, a),
-        "key-release": lambda: ReleasingKeyRanges(*base, slots, a),
-        "checkpoint": lambda: Checkpoint(*base[:5], a, '{"v":1}'),
-        "reset": lambda: ResettingOffsets(*base, a),
-        "junk": lambda: None,
-    }[kind]()
 
 
 def build(ops: list[tuple[str, tuple[str, str], tuple[str, str], int, int, int, int]]

@@ -19,7 +19,7 @@ from marshal_py.protocol import (
     encode,
 )
 
-ids = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
+ids = st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=30)
 ints64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 partitions = st.integers(min_value=0, max_value=2**31 - 1)
 timestamps = st.integers(min_value=0, max_value=2**63 - 1)

@@ -57,8 +57,14 @@ def test_unknown_kafka_settings_are_a_clear_error() -> None:
     ({"topics": ()}, "at least one topic"),
     ({"topics": ("orders", "")}, "none empty"),
     ({"offset_reset": "earlest"}, "offset_reset must be 'latest' or 'earliest', not 'earlest'"),
-    ({"heartbeat_interval_ms": 0}, "heartbeat_interval must be at least"),
+    ({"heartbeat_interval_ms": 0}, "heartbeat_interval must be between 0.01 s and 3600 s"),
+    ({"heartbeat_interval_ms": -5}, "heartbeat_interval must be between"),
+    ({"heartbeat_interval_ms": 3_600_001}, "not 3600.001 s"),
     ({"replay_window_ms": -1}, "replay_window must be >= 0"),
+    ({"replay_window_ms": 30_000}, "at least 4 heartbeat intervals"),
+    ({"group_id": "g" * 256}, "group_id has 256 characters, more than 255"),
+    ({"client_id": "worker\n1"}, "holds control characters"),
+    ({"topics": ("t" * 250,)}, "topic has 250 characters, more than 249"),
     ({"checkpoint_interval_ms": 999}, "checkpoint_interval must be at least 1 second"),
 ])
 def test_every_member_config_refuses_the_same_bad_base_settings(

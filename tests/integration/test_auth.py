@@ -1,0 +1,121 @@
+"""Authenticated groups on the real broker: members sign, forgeries are rejected and counted,
+keys rotate, a member without the key refuses to run, and `marshal state` shows rejections."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from marshal_py import ConfigurationError, GroupKey, Marshaler
+from marshal_py.client.consumer import Consumer
+from marshal_py.log import KafkaLog, KafkaLogConfig
+from marshal_py.protocol import (
+    ClaimingPartition,
+    ReleasingPartition,
+    coordination_partition,
+    encode,
+    sign,
+)
+from tests.integration.test_cli_admin import make_topic
+
+pytestmark = pytest.mark.integration
+
+HI = 1.0
+K1 = GroupKey("k1", b"first-secret-of-the-group-000001")
+K2 = GroupKey("k2", b"second-secret-of-the-group-00002")
+FORGER = GroupKey("k1", b"a-guess-that-is-not-the-secret!!")
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def key_file(path: Path, group: str, keys: tuple[GroupKey, ...]) -> Path:
+    path.write_text("".join(f"{group} {k.key_id} {base64.b64encode(k.secret).decode()}\n"
+                            for k in keys))
+    path.chmod(0o600)
+    return path
+
+
+def held(consumer: Consumer) -> set[int]:
+    consumer.poll(timeout_s=0.05, max_records=0)
+    return {tp.partition for tp in consumer.assignment()}
+
+
+def test_forged_records_change_nothing_and_keys_rotate(kafka_bootstrap: str, unique_name: str,
+                                                      tmp_path: Path) -> None:
+    topic, group, ctopic = unique_name, f"{unique_name}.g", f"__marshal-{unique_name}"
+    make_topic(kafka_bootstrap, topic, 2, 5)
+    common = dict(heartbeat_interval=HI, coordination_topic=ctopic)
+    # Mid-rotation: w1 still signs with K1, w2 already with K2; both accept both.
+    with Marshaler(kafka_bootstrap, group, "w1", auth_keys=(K1, K2), **common) as m1, \
+            Marshaler(kafka_bootstrap, group, "w2", auth_keys=(K2, K1), **common) as m2:
+        c1 = m1.consumer([topic], offset_reset="earliest")
+        c2 = m2.consumer([topic], offset_reset="earliest")
+        assert isinstance(c1, Consumer) and isinstance(c2, Consumer)
+        wait_for(lambda: len(held(c1)) == 1 and len(held(c2)) == 1, "one partition each")
+        victim = next(iter(held(c1)))
+        with KafkaLog(KafkaLogConfig(bootstrap_servers=kafka_bootstrap, topic=ctopic)) as log:
+            cp = coordination_partition(topic, log.partition_count())
+            now = int(time.time())
+            # An unsigned release in w1's name, and a claim signed with a guessed secret.
+            log.append(cp, encode(ReleasingPartition(now, m1.instance_id, "w1", group, topic,
+                                                     victim, 0)))
+            log.append(cp, sign(encode(ClaimingPartition(now, "ffff0001", "thief", group,
+                                                         topic, victim)), FORGER))
+            end = log.end_position(cp)
+        wait_for(lambda: m1.rationalizer.next_position(cp) >= end, "w1 to read the forgeries")
+        wait_for(lambda: m2.rationalizer.next_position(cp) >= end, "w2 to read the forgeries")
+        for m in (m1, m2):
+            claim = m.rationalizer.claim(group, topic, victim)
+            assert claim.owner is not None and claim.owner.client_id == "w1"
+            assert m.rationalizer.rejected_count(group) == 2
+        assert held(c1) == {victim}
+        # Records signed with either key were accepted by both: every record of the group
+        # except the two forgeries applied, and the two members split the partitions.
+        assert {c.owner.client_id for c in m1.rationalizer.claims(group, topic)
+                if c.owner is not None} == {"w1", "w2"}
+
+        keys = key_file(tmp_path / "keys", group, (K1, K2))
+        state = subprocess.run(
+            [sys.executable, "-m", "marshal_py.cli", "state", "--bootstrap-servers",
+             kafka_bootstrap, "--coordination-topic", ctopic, "--heartbeat-interval", str(HI),
+             "--group", group, "--auth-keys", str(keys), "--json"],
+            capture_output=True, text=True, timeout=120, env=dict(os.environ))
+        assert state.returncode == 0, state.stderr
+        rows = json.loads(state.stdout)
+        assert {(r["partition"], r["client_id"]) for r in rows} == {
+            (victim, "w1"), (1 - victim, "w2")}
+        assert (f"rejected (unsigned, badly signed or replayed) records of authenticated "
+                f"group {group}: 2") in state.stderr
+
+        # A member without the group's keys refuses to take part.
+        with Marshaler(kafka_bootstrap, group, "w3", **common) as m3, \
+                pytest.raises(ConfigurationError, match=r"is authenticated .* no key"):
+            m3.consumer([topic], offset_reset="earliest")
+
+
+def test_a_bad_key_file_is_one_line_on_the_cli(kafka_bootstrap: str, tmp_path: Path) -> None:
+    bad = tmp_path / "keys"
+    bad.write_text("g k1 c2hvcnQ=\n")
+    bad.chmod(0o600)
+    result = subprocess.run(
+        [sys.executable, "-m", "marshal_py.cli", "state", "--bootstrap-servers",
+         kafka_bootstrap, "--auth-keys", str(bad)],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert "keys:1: the secret of key 'k1' has 5 bytes" in lines[0]
