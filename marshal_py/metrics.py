@@ -54,6 +54,9 @@ METRICS: dict[str, tuple[str, str]] = {
         "counter", "Coordination records that could not be read (garbage, unknown types)"),
     "marshal_rationalizer_records_ignored": (
         "counter", "Valid coordination records the rules ignored (lost claims, non-owners)"),
+    "marshal_rationalizer_records_rejected": (
+        "counter", "Records about this authenticated group that were unsigned, badly signed "
+                   "or replayed (forgeries)"),
     "marshal_group_members": ("gauge", "Live members of the group, per topic"),
 }
 
@@ -171,6 +174,10 @@ class MarshalCollector:
                 family("marshal_rationalizer_records_skipped", []).add_metric([group], skipped)
             if ignored is not None:
                 family("marshal_rationalizer_records_ignored", []).add_metric([group], ignored)
+            rejected = _copy(lambda: rationalizer.rejected_count(group), None)
+            if rejected is not None:
+                family("marshal_rationalizer_records_rejected", []).add_metric([group],
+                                                                             rejected)
 
         yield from families.values()
         yield from self._partitions(core, consumer, engine, group)

@@ -76,6 +76,7 @@ def test_metrics_show_records_delivered_and_claims_held(kafka_bootstrap: str,
         assert metrics[("marshal_heartbeats_written_total", g)] >= 1
         assert metrics[("marshal_coordination_records_written_total", g)] >= 3
         assert metrics[("marshal_rationalizer_records_skipped_total", g)] == 0
+        assert metrics[("marshal_rationalizer_records_rejected_total", g)] == 0
         assert metrics[("marshal_group_members", (("group", group),
                                                   ("topic", unique_name)))] == 1
         info = [labels for (name, labels) in metrics if name == "marshal_member_info"]
