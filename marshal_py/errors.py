@@ -23,6 +23,11 @@ class CoordinationTopicError(MarshalError):
     """The coordination topic is missing or configured in a way that breaks the protocol."""
 
 
+class CoordinationLogLostError(CoordinationTopicError):
+    """The coordination topic went back under a running member (deleted and recreated, or
+    truncated): everything the member knew of the world is void, and it stops."""
+
+
 class DevBrokerError(MarshalError):
     """The development broker could not be set up, started or stopped."""
 

@@ -14,7 +14,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from marshal_py.errors import ClientIdInUseError, MarshalError
+from marshal_py.errors import (
+    ClientIdInUseError,
+    ConfigurationError,
+    CoordinationLogLostError,
+    MarshalError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +63,9 @@ class CoordinationThread:
                     if self._is_closed():
                         return
                     self._step()
-            except ClientIdInUseError as exc:
+            except (ClientIdInUseError, ConfigurationError, CoordinationLogLostError) as exc:
+                # Retrying cannot help: another process has our id, the settings are wrong
+                # (a keyless member of an authenticated group), or the log was recreated.
                 self._fail(exc)
             except MarshalError as exc:
                 log.warning("coordination step failed (will retry): %s", exc)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from marshal_py.client.engine_types import Balance, EngineClock, Mode, PartitionSource
 from marshal_py.client.member_base import GroupMember, MemberConfig
 from marshal_py.client.offsets import CommitTracker
-from marshal_py.errors import ConfigurationError, MarshalError
+from marshal_py.errors import ConfigurationError, CoordinationLogLostError, MarshalError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.protocol import (
     ClaimingMessages,
@@ -105,6 +105,9 @@ class MemberEngine(GroupMember[EngineConfig]):
         self._reclaim_after_ms: int | None = None
         self._last_balance_release_ms: dict[str, int] = {}
 
+    def _drop_all(self) -> None:
+        self.holdings.clear()
+
     # -- life cycle --------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -156,6 +159,8 @@ class MemberEngine(GroupMember[EngineConfig]):
         """Catch up with the log and update every holding from it; False if the log failed."""
         try:
             self._catch_up()
+        except CoordinationLogLostError:
+            raise
         except MarshalError as exc:
             log.warning("cannot read the coordination log: %s", exc)
             return False
@@ -413,7 +418,7 @@ class MemberEngine(GroupMember[EngineConfig]):
         if self.config.mode == "amo" and claim.amo_claimed_offset is not None:
             candidates.append(claim.amo_claimed_offset + 1)
         if not candidates:
-            return end if self.config.offset_reset == "latest" else beginning
+            return self._reset_position(topic, partition, beginning, end)
         start = max(candidates)
         if start < beginning:
             log.warning("%s/%d: committed offset %d was deleted by retention; starting at %d",

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 
 from marshal_py.client.engine_types import EngineClock, PartitionSource
 from marshal_py.client.member_base import GroupMember, MemberConfig
-from marshal_py.errors import MarshalError
+from marshal_py.errors import CoordinationLogLostError, MarshalError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.protocol import (
     KEY_SLOTS,
@@ -201,13 +201,16 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
         self.stats = KeySharedStats()
         self._reclaim_after_ms: int | None = None
 
+    def _drop_all(self) -> None:
+        self.holdings.clear()
+
     # -- life cycle --------------------------------------------------------------------------
 
     def start(self) -> None:
         """Replay the coordination log, announce this member, and look for a predecessor."""
         self._join()
         assert self._joined_ms is not None
-        self.channel.catch_up()
+        self._catch_up()
         if self._predecessor_slots():
             # A previous process of this client may still own slots. Dead, it writes nothing
             # more; alive, it heartbeats within one interval.
@@ -262,7 +265,9 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
     def _refresh(self) -> bool:
         """Catch up with the log and reconcile every holding with it; False if the log failed."""
         try:
-            self.channel.catch_up()
+            self._catch_up()
+        except CoordinationLogLostError:
+            raise
         except MarshalError as exc:
             log.warning("cannot read the coordination log: %s", exc)
             return False
@@ -380,7 +385,7 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
             return
         self.stats.claims += 1
         self.stats.slots_proposed += len(slots)
-        self.channel.catch_up()  # read back: the log decided
+        self._catch_up()  # read back: the log decided
         state = self._state(holding.topic, holding.partition)
         if state is None:
             return
@@ -396,7 +401,7 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
         state = self._state(holding.topic, holding.partition)
         assert state is not None
         beginning, end = self.source.offset_bounds(holding.topic, holding.partition)
-        reset = end if self.config.offset_reset == "latest" else beginning
+        reset = self._reset_position(holding.topic, holding.partition, beginning, end)
         uncommitted = False
         starts: dict[int, int] = {}
         for slot in slots:

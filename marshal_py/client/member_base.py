@@ -16,7 +16,12 @@ from typing import Generic, TypeVar
 
 from marshal_py.client.channel import DEFAULT_CHECKPOINT_INTERVAL_MS, CoordinationChannel
 from marshal_py.client.engine_types import EngineClock, OffsetReset, PartitionSource
-from marshal_py.errors import ClientIdInUseError, ConfigurationError, MarshalError
+from marshal_py.errors import (
+    ClientIdInUseError,
+    ConfigurationError,
+    CoordinationLogLostError,
+    MarshalError,
+)
 from marshal_py.log.base import CoordinationLog
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.protocol import MemberHeartbeat, Message
@@ -112,6 +117,8 @@ class GroupMember(Generic[ConfigT]):
         self._joined_ms: int | None = None
         self._next_member_heartbeat_ms = 0
         self._closed = False
+        #: Partition count of each topic when this member started (see _reset_position).
+        self._first_counts: dict[str, int] = {}
 
     @property
     def hi(self) -> int:
@@ -127,8 +134,25 @@ class GroupMember(Generic[ConfigT]):
         """The next heartbeat's delay: 0.6 to 0.8 HI, so members do not beat in step."""
         return int(self.hi * self.rng.uniform(0.6, 0.8))
 
+    def _note_partition_counts(self) -> None:
+        """Remember how many partitions each topic has as this member starts."""
+        for topic in self.config.topics:
+            self._first_counts.setdefault(topic, self.source.partition_count(topic) or 0)
+
+    def _reset_position(self, topic: str, partition: int, beginning: int, end: int) -> int:
+        """Where a partition that never committed starts: ``offset_reset`` — except a
+        partition added to the topic while this member ran, which starts at its beginning,
+        so nothing produced to it before the group noticed it is skipped."""
+        first = self._first_counts.get(topic)
+        if first is not None and partition >= first:
+            log.info("%s/%d was added to the topic while the group ran: starting at its "
+                     "beginning (%d)", topic, partition, beginning)
+            return beginning
+        return end if self.config.offset_reset == "latest" else beginning
+
     def _join(self) -> None:
         """Replay the log and announce this member on every topic."""
+        self._note_partition_counts()
         self.channel.open(self.config.replay_window_ms)
         self._require_keys_if_signed()
         joined = [self._append(self._member_heartbeat(t, active=True)) for t in self.config.topics]
@@ -197,7 +221,20 @@ class GroupMember(Generic[ConfigT]):
                                self._announced_capacity())
 
     def _catch_up(self) -> None:
-        self.channel.catch_up()
+        """Read the log to its end. If the log went back (recreated under us), forget every
+        claim at once — nothing more is handed out — and stop for good (the error
+        propagates; a later close writes nothing to the new topic)."""
+        try:
+            self.channel.catch_up()
+        except CoordinationLogLostError:
+            self._drop_all()
+            self._closed = True
+            log.error("%s: the coordination log was recreated under this member; it stopped "
+                      "delivering and stops", self.config.group_id)
+            raise
+
+    def _drop_all(self) -> None:
+        """Forget everything this member holds, without writing (subclasses)."""
 
     def _append(self, message: Message) -> int:
         """Write a message to its topic's coordination partition; return its broker time."""

@@ -94,10 +94,16 @@ class ShareEngine(GroupMember[ShareConfig]):
         self._pending: dict[tuple[TP, str], list[int]] = defaultdict(list)
         self.stats = ShareStats()
 
+    def _drop_all(self) -> None:
+        self.held.clear()
+        self._lock_expiry.clear()
+        self._pending.clear()
+
     # -- life cycle --------------------------------------------------------------------------
 
     def start(self) -> None:
         """Replay the coordination log, announce this member, initialize share-partitions."""
+        self._note_partition_counts()
         self.channel.open(self.config.replay_window_ms)
         self.tick()
 
@@ -136,8 +142,9 @@ class ShareEngine(GroupMember[ShareConfig]):
 
     def _initialize(self, topic: str, partition: int) -> None:
         beginning, end = self.source.offset_bounds(topic, partition)
-        start = end if self.config.offset_reset == "latest" else beginning
-        if self.config.start_time_ms is not None:
+        start = self._reset_position(topic, partition, beginning, end)
+        if self.config.start_time_ms is not None and partition < self._first_counts.get(
+                topic, partition + 1):
             found = self.source.offset_for_time(topic, partition, self.config.start_time_ms)
             start = end if found is None else max(beginning, found)
         self._append(InitializingSharePartition(

@@ -6,6 +6,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 
+from marshal_py.errors import CoordinationLogLostError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.world.rationalizer import Rationalizer, Verdict
 
@@ -36,11 +37,23 @@ def catch_up(
 ) -> int:
     """Apply every record up to the log's current end on ``partitions``; return how many.
 
+    Raises :class:`~marshal_py.errors.CoordinationLogLostError` when a partition now ends
+    before what was already read (the topic was recreated or truncated).
+
     Reads from each partition's :meth:`Rationalizer.next_position` (or the start of the
     log when that record has been deleted) to the end position read at the call.
     ``progress(done, total)`` is called after each fetched batch.
     """
     targets = {p: log_.end_position(p) for p in partitions}
+    for p, end in targets.items():
+        read = rationalizer.next_position(p)
+        if end < read:
+            raise CoordinationLogLostError(
+                f"coordination topic {log_.topic!r} went back on partition {p}: it ends at "
+                f"{end}, but {read} records had been read; it was deleted and recreated (or "
+                "truncated), so every claim and offset known from it is void. Stop every "
+                "member using it, restore the topic (or accept that the groups start over), "
+                "then start them again")
     starts = {p: max(rationalizer.next_position(p), log_.start_position(p)) for p in targets}
     pending = {p: s for p, s in starts.items() if s < targets[p]}
     total = sum(targets[p] - s for p, s in pending.items())
