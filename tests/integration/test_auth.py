@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from marshal_py.protocol import (
     encode,
     sign,
 )
-from tests.integration.test_cli_admin import make_topic
+from tests.integration.test_cli_admin import make_topic, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -33,13 +32,6 @@ K1 = GroupKey("k1", b"first-secret-of-the-group-000001")
 K2 = GroupKey("k2", b"second-secret-of-the-group-00002")
 FORGER = GroupKey("k1", b"a-guess-that-is-not-the-secret!!")
 
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def key_file(path: Path, group: str, keys: tuple[GroupKey, ...]) -> Path:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
@@ -18,19 +17,12 @@ from marshal_py.client.consumer import Consumer
 from marshal_py.log import KafkaLog, KafkaLogConfig
 from marshal_py.protocol import ClaimingPartition, Message, ReleasingPartition
 from marshal_py.world import Outcome
-from tests.integration.test_cli_admin import make_topic
+from tests.integration.test_cli_admin import make_topic, wait_for
 
 pytestmark = pytest.mark.integration
 
 HI = 1.0
 
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def produce(bootstrap: str, topic: str, per_partition: dict[int, int], tag: str) -> set[bytes]:
