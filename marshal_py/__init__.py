@@ -19,9 +19,12 @@ from marshal_py.errors import (
     CoordinationLogLostError,
     CoordinationTopicError,
     DevBrokerError,
+    KafkaAuthenticationError,
+    KafkaAuthorizationError,
     MarshalError,
     TopicNotFoundError,
 )
+from marshal_py.kafka_properties import load_properties
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.world import (
     ClaimStatus,
@@ -47,6 +50,8 @@ __all__ = [
     "CoordinationTopicError",
     "DevBrokerError",
     "GroupKey",
+    "KafkaAuthenticationError",
+    "KafkaAuthorizationError",
     "KeySharedConsumer",
     "MarshalError",
     "Marshaler",
@@ -61,4 +66,5 @@ __all__ = [
     "Verdict",
     "__version__",
     "load_group_keys",
+    "load_properties",
 ]

@@ -20,6 +20,8 @@ from marshal_py.admin.cli_common import (
     Progress,
     auth_keys_option,
     current_group_keys,
+    current_kafka_config,
+    kafka_log_config,
     kafka_options,
     open_log,
     print_table,
@@ -40,7 +42,7 @@ from marshal_py.client.engine_types import Balance, Mode, OffsetReset
 from marshal_py.client.key_shared_consumer import KeySharedConsumer
 from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
 from marshal_py.errors import MarshalError
-from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
+from marshal_py.log.kafka import KafkaLog
 from marshal_py.log.replay import catch_up, follow, seek_to_window
 from marshal_py.protocol.codec import DecodeError, decode
 from marshal_py.world.rationalizer import Outcome, Rationalizer, RationalizerConfig
@@ -258,13 +260,13 @@ def init(bootstrap_servers: str, coordination_topic: str, timeout: float, partit
     Never change the partition count of an existing coordination topic: every topic's claims
     live on one of its partitions (md5 placement), and a new count would move them.
     """
-    config = KafkaLogConfig(
-        bootstrap_servers=bootstrap_servers,
-        topic=coordination_topic,
+    config = kafka_log_config(
+        bootstrap_servers,
+        coordination_topic,
+        timeout,
         create_topic=True,
         partitions=partitions,
         replication_factor=replication_factor,
-        timeout_s=timeout,
     )
     log = KafkaLog(config)
     try:
@@ -342,6 +344,7 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
 
     marshaler = Marshaler(bootstrap_servers, group, client_id, heartbeat_interval,
                           coordination_topic=coordination_topic, timeout=timeout,
+                          kafka_config=current_kafka_config(),
                           auth_keys=current_group_keys().get(group, ()))
     try:
         start_metrics(marshaler)  # --metrics-port: serves until the command ends

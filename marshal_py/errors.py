@@ -38,3 +38,15 @@ class ClientIdInUseError(MarshalError):
 
 class TopicNotFoundError(MarshalError):
     """A topic to consume does not exist."""
+
+
+class KafkaAuthenticationError(ConfigurationError):
+    """Kafka refused this client's credentials (SASL), or the TLS handshake failed (an unknown
+    CA, a certificate for another host): retrying cannot help. A :class:`ConfigurationError`,
+    so a running member stops on it instead of retrying."""
+
+
+class KafkaAuthorizationError(ConfigurationError):
+    """Kafka's ACLs do not let this client's principal do what marshal_py needs (the message
+    names the principal, the resource and the ACLs to grant). A :class:`ConfigurationError`,
+    so a running member stops on it instead of retrying."""

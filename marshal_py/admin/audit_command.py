@@ -14,7 +14,7 @@ import click
 
 from marshal_py.admin.audit import COORDINATION, SUMMARY, aligned
 from marshal_py.admin.audit_local import AuditResult, prepare_output, run_local_audit
-from marshal_py.admin.cli_common import kafka_options
+from marshal_py.admin.cli_common import current_kafka_config, kafka_options
 from marshal_py.errors import ConfigurationError, MarshalError
 
 SPARK_HINT = "pip install marshal_py[spark]"
@@ -47,19 +47,29 @@ def _run(engine: str, bootstrap_servers: str, coordination_topic: str, timeout: 
     common: dict[str, Any] = dict(
         heartbeat_interval_ms=int(heartbeat_interval * 1000), output=output, group=group,
         topic=topic, timeout_s=timeout, progress=_printer(progress))
+    kafka_config = current_kafka_config()  # --command-config
     if engine == "local":
-        return run_local_audit(bootstrap_servers, coordination_topic, **common)
+        return run_local_audit(bootstrap_servers, coordination_topic,
+                               kafka_config=kafka_config, **common)
     _require("pyspark", "--engine spark")
     _require("pyarrow", "--engine spark")
     from marshal_py.spark.audit import run_spark_audit
 
     try:
-        return run_spark_audit(bootstrap_servers, coordination_topic, master=master, **common)
+        return run_spark_audit(bootstrap_servers, coordination_topic, master=master,
+                               kafka_options={k: _option_text(v)
+                                              for k, v in kafka_config.items()},
+                               **common)
     except MarshalError:
         raise
     except Exception as exc:  # pyspark's errors carry whole JVM traces: keep one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MarshalError(f"the Spark job failed: {first}") from exc
+
+
+def _option_text(value: object) -> str:
+    """A kafka-python setting as a Spark option (read back by the Spark source)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 @click.command("audit")

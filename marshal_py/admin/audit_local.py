@@ -143,7 +143,8 @@ def open_log(bootstrap_servers: str, topic: str, timeout_s: float,
     reads what members with ``allow_create_time`` decided (a warning says so)."""
     config = KafkaLogConfig(bootstrap_servers=bootstrap_servers, topic=topic,
                             create_topic=False, allow_create_time=True, timeout_s=timeout_s,
-                            kafka_config=dict(kafka_config or {}))
+                            kafka_config=dict(kafka_config or {}),
+                            config_source=getattr(kafka_config, "source", None))
     return KafkaLog(config)
 
 

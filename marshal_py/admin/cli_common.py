@@ -17,7 +17,13 @@ import click
 
 from marshal_py.auth_keys import load_group_keys
 from marshal_py.client.source import KafkaPartitionSource
-from marshal_py.errors import BrokerUnavailableError, ConfigurationError, TopicNotFoundError
+from marshal_py.errors import (
+    BrokerUnavailableError,
+    ConfigurationError,
+    MarshalError,
+    TopicNotFoundError,
+)
+from marshal_py.kafka_properties import KafkaProperties, load_properties
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.protocol.auth import GroupKey
@@ -25,10 +31,53 @@ from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "MARSHAL_BOOTSTRAP_SERVERS"
+COMMAND_CONFIG_ENV = "MARSHAL_COMMAND_CONFIG"
+_KAFKA_CONFIG = "marshal.kafka_config"
+
+
+def _load_command_config(ctx: click.Context, param: click.Parameter,
+                         value: str | None) -> None:
+    if value:
+        try:
+            ctx.meta[_KAFKA_CONFIG] = load_properties(value)
+        except ConfigurationError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from exc
+
+
+def current_kafka_config() -> KafkaProperties:
+    """The kafka-python settings of ``--command-config`` of the running command (empty
+    without the option); their ``source`` names the file."""
+    ctx = click.get_current_context(silent=True)
+    settings = None if ctx is None else ctx.meta.get(_KAFKA_CONFIG)
+    return settings if isinstance(settings, KafkaProperties) else KafkaProperties()
+
+
+def command_config_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--command-config FILE (read with :func:`current_kafka_config`)."""
+    return click.option(
+        "--command-config", type=click.Path(dir_okay=False), envvar=COMMAND_CONFIG_ENV,
+        expose_value=False, callback=_load_command_config,
+        show_envvar=True,
+        help="Kafka client properties file (as Kafka tools' --command-config): "
+             "security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.location "
+             "(PEM), ..."
+    )(func)
+
+
+def kafka_log_config(bootstrap_servers: str, coordination_topic: str, timeout: float,
+                     **options: Any) -> KafkaLogConfig:
+    """The coordination log's configuration with the ``--command-config`` settings;
+    ``options``: other :class:`KafkaLogConfig` fields."""
+    settings = current_kafka_config()
+    return KafkaLogConfig(bootstrap_servers=bootstrap_servers, topic=coordination_topic,
+                          timeout_s=timeout, kafka_config=dict(settings),
+                          config_source=settings.source, **options)
 
 
 def kafka_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--bootstrap-servers, --coordination-topic and --timeout (as every Kafka command)."""
+    """--bootstrap-servers, --coordination-topic, --timeout and --command-config (as every
+    Kafka command)."""
+    func = command_config_option(func)
     func = click.option(
         "--timeout", type=click.FloatRange(min=0.1), default=15.0, show_default=True,
         help="Seconds to wait for the broker before giving up.")(func)
@@ -91,10 +140,10 @@ def replay_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @contextmanager
 def open_log(bootstrap_servers: str, coordination_topic: str,
              timeout: float) -> Iterator[KafkaLog]:
-    """The coordination log, never created (a missing topic is a one-line error)."""
-    log = KafkaLog(KafkaLogConfig(bootstrap_servers=bootstrap_servers,
-                                  topic=coordination_topic, create_topic=False,
-                                  timeout_s=timeout))
+    """The coordination log, never created (a missing topic is a one-line error), with the
+    security settings of ``--command-config``."""
+    log = KafkaLog(kafka_log_config(bootstrap_servers, coordination_topic, timeout,
+                                    create_topic=False))
     try:
         yield log
     finally:
@@ -106,6 +155,8 @@ def open_topics(log: KafkaLog) -> Iterator[KafkaPartitionSource]:
     """Partition counts and offsets of data topics, on the log's cluster."""
     try:
         source = KafkaPartitionSource(log.config, refresh_s=5.0)
+    except MarshalError:
+        raise
     except Exception as exc:  # kafka-python's NoBrokersAvailable and friends
         raise BrokerUnavailableError(
             f"cannot reach Kafka at {log.config.bootstrap_servers} to read topic offsets "

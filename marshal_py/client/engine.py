@@ -159,8 +159,8 @@ class MemberEngine(GroupMember[EngineConfig]):
         """Catch up with the log and update every holding from it; False if the log failed."""
         try:
             self._catch_up()
-        except CoordinationLogLostError:
-            raise
+        except (CoordinationLogLostError, ConfigurationError):
+            raise  # the log was recreated, or credentials or ACLs were refused: fatal
         except MarshalError as exc:
             log.warning("cannot read the coordination log: %s", exc)
             return False

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 
 from marshal_py.client.engine_types import EngineClock, PartitionSource
 from marshal_py.client.member_base import GroupMember, MemberConfig
-from marshal_py.errors import CoordinationLogLostError, MarshalError
+from marshal_py.errors import ConfigurationError, CoordinationLogLostError, MarshalError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.protocol import (
     KEY_SLOTS,
@@ -266,8 +266,8 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
         """Catch up with the log and reconcile every holding with it; False if the log failed."""
         try:
             self._catch_up()
-        except CoordinationLogLostError:
-            raise
+        except (CoordinationLogLostError, ConfigurationError):
+            raise  # the log was recreated, or credentials or ACLs were refused: fatal
         except MarshalError as exc:
             log.warning("cannot read the coordination log: %s", exc)
             return False

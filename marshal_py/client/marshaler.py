@@ -136,6 +136,8 @@ class Marshaler:
             topic=coordination_topic,
             timeout_s=timeout,
             kafka_config=dict(kafka_config or {}),
+            # load_properties' result names its file: error messages point at it
+            config_source=getattr(kafka_config, "source", None),
         )
         self._log = KafkaLog(self._log_config)
         self._lock = threading.RLock()

@@ -244,6 +244,8 @@ class GroupMember(Generic[ConfigT]):
         """:meth:`_append`, logging a failure instead of raising; True when written."""
         try:
             self._append(message)
+        except ConfigurationError:
+            raise  # refused credentials or ACLs (KafkaAuth*Error): retrying cannot help
         except MarshalError as exc:
             log.warning("could not write %s for %s: %s", type(message).__name__,
                         message.topic, exc)

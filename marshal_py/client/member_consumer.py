@@ -14,12 +14,12 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import KafkaError
+from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from marshal_py.client.coordinator import CoordinationThread
 from marshal_py.client.delivery import DeliveryLoop
-from marshal_py.errors import BrokerUnavailableError
 from marshal_py.log.kafka import KafkaLogConfig
+from marshal_py.log.kafka_auth import connection_error, data_topic_error
 
 if TYPE_CHECKING:
     from marshal_py.client.marshaler import Marshaler
@@ -42,9 +42,13 @@ class MemberConsumer(DeliveryLoop[R], Generic[R]):
         super().__init__()
         self._marshaler = marshaler
         self._lock = marshaler._lock
-        self._data = KafkaConsumer(group_id=None, enable_auto_commit=False,
-                                   auto_offset_reset="earliest", fetch_max_wait_ms=200,
-                                   **kafka.client_config(KafkaConsumer))
+        self._kafka = kafka
+        try:
+            self._data = KafkaConsumer(group_id=None, enable_auto_commit=False,
+                                       auto_offset_reset="earliest", fetch_max_wait_ms=200,
+                                       **kafka.client_config(KafkaConsumer))
+        except (KafkaConnectionError, KafkaTimeoutError) as exc:  # refused credentials?
+            raise connection_error(kafka, exc) from exc
         #: The fetch epoch the data consumer was positioned for, per partition it reads.
         self._epochs: dict[TP, int] = {}
         self._thread: CoordinationThread | None = None
@@ -97,8 +101,9 @@ class MemberConsumer(DeliveryLoop[R], Generic[R]):
         try:
             polled: dict[TopicPartition, list[Any]] = self._data.poll(
                 timeout_ms=int(timeout_s * 1000), max_records=max_records)
-        except KafkaError as exc:
-            raise BrokerUnavailableError(f"fetching records failed: {exc}") from exc
+        except KafkaError as exc:  # a missing READ ACL names the topic and what to grant
+            raise data_topic_error(self._kafka, exc, f"fetching records failed: {exc}") \
+                from exc
         return polled
 
     # -- shutdown -------------------------------------------------------------------------------

@@ -6,12 +6,13 @@ import contextlib
 import time
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
-from kafka.errors import KafkaError
+from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
-from marshal_py.errors import BrokerUnavailableError
 from marshal_py.log.kafka import KafkaLogConfig
+from marshal_py.log.kafka_auth import connection_error, data_topic_error, not_authorized
 
 _UNKNOWN_TOPIC = 3
+_TOPIC_AUTHORIZATION_FAILED = 29
 
 
 class KafkaPartitionSource:
@@ -23,9 +24,17 @@ class KafkaPartitionSource:
     """
 
     def __init__(self, config: KafkaLogConfig, refresh_s: float = 5.0) -> None:
-        self._admin = KafkaAdminClient(**config.client_config(KafkaAdminClient))
-        self._consumer = KafkaConsumer(group_id=None, enable_auto_commit=False,
-                                       **config.client_config(KafkaConsumer))
+        self._config = config
+        try:
+            self._admin = KafkaAdminClient(**config.client_config(KafkaAdminClient))
+        except (KafkaConnectionError, KafkaTimeoutError) as exc:
+            raise connection_error(config, exc) from exc
+        try:
+            self._consumer = KafkaConsumer(group_id=None, enable_auto_commit=False,
+                                           **config.client_config(KafkaConsumer))
+        except (KafkaConnectionError, KafkaTimeoutError) as exc:
+            self._admin.close()
+            raise connection_error(config, exc) from exc
         self._refresh_s = refresh_s
         self._counts: dict[str, tuple[float, int | None]] = {}
 
@@ -36,9 +45,12 @@ class KafkaPartitionSource:
         try:
             described = self._admin.describe_topics([topic])
         except KafkaError as exc:
-            raise BrokerUnavailableError(f"cannot read metadata of {topic!r}: {exc}") from exc
+            raise self._error(exc, topic, f"cannot read metadata of {topic!r}: {exc}") from exc
         count: int | None = None
         for entry in described:
+            if entry.get("name") == topic \
+                    and entry.get("error_code", 0) == _TOPIC_AUTHORIZATION_FAILED:
+                raise not_authorized(self._config, "read", topic)
             if entry.get("name") == topic and entry.get("error_code", 0) != _UNKNOWN_TOPIC:
                 count = len(entry.get("partitions") or []) or None
         self._counts[topic] = (time.monotonic(), count)
@@ -50,9 +62,8 @@ class KafkaPartitionSource:
             beginning = self._consumer.beginning_offsets([tp])[tp]
             end = self._consumer.end_offsets([tp])[tp]
         except KafkaError as exc:
-            raise BrokerUnavailableError(
-                f"cannot list offsets of {topic}/{partition}: {exc}"
-            ) from exc
+            raise self._error(exc, topic,
+                              f"cannot list offsets of {topic}/{partition}: {exc}") from exc
         return int(beginning), int(end)
 
     def end_offsets_of(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -63,7 +74,7 @@ class KafkaPartitionSource:
         try:
             ends = self._consumer.end_offsets(tps)
         except KafkaError as exc:
-            raise BrokerUnavailableError(f"cannot list end offsets: {exc}") from exc
+            raise self._error(exc, tps[0].topic, f"cannot list end offsets: {exc}") from exc
         return {(tp.topic, tp.partition): int(end) for tp, end in ends.items()}
 
     def end_offsets(self, topics: tuple[str, ...] | list[str]) -> dict[tuple[str, int], int]:
@@ -76,10 +87,14 @@ class KafkaPartitionSource:
         try:
             found = self._consumer.offsets_for_times({tp: timestamp_ms})[tp]
         except KafkaError as exc:
-            raise BrokerUnavailableError(
-                f"cannot look up offsets by time of {topic}/{partition}: {exc}"
-            ) from exc
+            raise self._error(exc, topic, f"cannot look up offsets by time of "
+                                          f"{topic}/{partition}: {exc}") from exc
         return None if found is None else int(found.offset)
+
+    def _error(self, exc: KafkaError, topic: str, message: str) -> Exception:
+        """An ACL missing on ``topic`` (or the one the error names), or the broker being
+        unavailable."""
+        return data_topic_error(self._config, exc, message, topic)
 
     def close(self) -> None:
         for client in (self._consumer, self._admin):

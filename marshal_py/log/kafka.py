@@ -19,10 +19,17 @@ from kafka.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    SaslAuthenticationFailedError,
     TopicAlreadyExistsError,
 )
 
-from marshal_py.errors import BrokerUnavailableError, ConfigurationError, CoordinationTopicError
+from marshal_py.errors import (
+    BrokerUnavailableError,
+    ConfigurationError,
+    CoordinationTopicError,
+    MarshalError,
+)
+from marshal_py.log.kafka_auth import connection_error, is_authorization_failure, not_authorized
 from marshal_py.world.records import CoordinationRecord
 
 log = logging.getLogger(__name__)
@@ -34,6 +41,7 @@ DEFAULT_COORDINATION_PARTITIONS = 4
 #: (PROTOCOL.md, checkpoints).
 DEFAULT_RETENTION_MS = 8 * 24 * 3600 * 1000
 _UNKNOWN_TOPIC = 3
+_TOPIC_AUTHORIZATION_FAILED = 29
 _KNOWN_SETTINGS = frozenset(KafkaConsumer.DEFAULT_CONFIG) | frozenset(
     KafkaProducer.DEFAULT_CONFIG
 ) | frozenset(KafkaAdminClient.DEFAULT_CONFIG)
@@ -47,6 +55,8 @@ class KafkaLogConfig:
     every client. ``create_topic``: create the coordination topic when it is missing (with
     ``partitions``, ``replication_factor`` — default min(3, brokers) — LogAppendTime, and
     ``retention_ms``). ``allow_create_time``: run on a topic stamped with CreateTime anyway.
+    ``config_source``: where ``kafka_config`` came from (a properties file), named in error
+    messages about authentication.
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -58,6 +68,7 @@ class KafkaLogConfig:
     allow_create_time: bool = False
     timeout_s: float = 15.0
     kafka_config: Mapping[str, Any] = field(default_factory=dict)
+    config_source: str | None = None
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers.strip():
@@ -94,23 +105,27 @@ class KafkaLogConfig:
 
 
 @contextmanager
-def _kafka_errors(config: KafkaLogConfig, action: str) -> Iterator[None]:
-    """Turn kafka-python's errors into one-line marshal_py errors."""
+def _kafka_errors(config: KafkaLogConfig, action: str, operation: str = "read") -> Iterator[None]:
+    """Turn kafka-python's errors into one-line marshal_py errors (``operation``: what an
+    authorization failure was refused, see :func:`~marshal_py.log.kafka_auth.not_authorized`).
+    """
     try:
         yield
     except (KafkaConnectionError, KafkaTimeoutError) as exc:
         raise _unreachable(config, exc) from exc
     except KafkaError as exc:
+        if is_authorization_failure(exc):
+            raise not_authorized(config, operation) from exc
+        if isinstance(exc, SaslAuthenticationFailedError):
+            raise connection_error(config, exc) from exc
         raise BrokerUnavailableError(
             f"{action} on {config.topic} failed: {type(exc).__name__}: {exc}"
         ) from exc
 
 
-def _unreachable(config: KafkaLogConfig, exc: BaseException) -> BrokerUnavailableError:
-    return BrokerUnavailableError(
-        f"cannot reach Kafka at {config.bootstrap_servers} ({type(exc).__name__}); check that "
-        "the broker runs and --bootstrap-servers / MARSHAL_BOOTSTRAP_SERVERS points at it"
-    )
+def _unreachable(config: KafkaLogConfig, exc: BaseException) -> MarshalError:
+    """BrokerUnavailableError, or the authentication / TLS failure that kept the client out."""
+    return connection_error(config, exc)
 
 
 class KafkaLog:
@@ -130,6 +145,11 @@ class KafkaLog:
         except (KafkaConnectionError, KafkaTimeoutError) as exc:
             self.close()
             raise _unreachable(config, exc) from exc
+        except KafkaError as exc:
+            self.close()
+            if is_authorization_failure(exc):
+                raise not_authorized(config, "describe") from exc
+            raise
         except Exception:
             self.close()
             raise
@@ -140,6 +160,8 @@ class KafkaLog:
         assert self._admin is not None
         for topic in self._admin.describe_topics([self.config.topic]):
             if topic["name"] == self.config.topic:
+                if topic.get("error_code", 0) == _TOPIC_AUTHORIZATION_FAILED:
+                    raise not_authorized(self.config, "describe")
                 if topic.get("error_code", 0) == _UNKNOWN_TOPIC or not topic.get("partitions"):
                     return None
                 return dict(topic)
@@ -194,6 +216,8 @@ class KafkaLog:
         except TopicAlreadyExistsError:
             return  # another client created it first
         except KafkaError as exc:
+            if is_authorization_failure(exc):
+                raise not_authorized(self.config, "create") from exc
             raise CoordinationTopicError(
                 f"could not create coordination topic {self.config.topic!r}: {exc}"
             ) from exc
@@ -204,8 +228,12 @@ class KafkaLog:
             ConfigResourceType.TOPIC, self.config.topic,
             configs=["message.timestamp.type", "retention.ms"],
         )
-        described = self._admin.describe_configs([resource])
+        # "all": an authorized answer holds both settings even at their defaults, so an empty
+        # one means DESCRIBE_CONFIGS was refused (kafka-python drops the error code).
+        described = self._admin.describe_configs([resource], config_filter="all")
         entry = described.get("topic", {}).get(self.config.topic, {})
+        if not entry and not self.config.allow_create_time:
+            raise not_authorized(self.config, "describe_configs")
         retention = entry.get("retention.ms", {}).get("value")
         try:
             self.retention_ms = int(retention) if retention is not None else None
@@ -265,7 +293,7 @@ class KafkaLog:
 
     def append(self, partition: int, value: bytes) -> CoordinationRecord:
         tp = self._tp(partition)
-        with _kafka_errors(self.config, "writing a coordination record"):
+        with _kafka_errors(self.config, "writing a coordination record", "write"):
             future = self._get_producer().send(tp.topic, value=value, partition=tp.partition)
             meta = future.get(timeout=self.config.timeout_s)
         return CoordinationRecord(partition, int(meta.offset), int(meta.timestamp), value)

@@ -507,7 +507,10 @@ def run_spark_audit(
     out = prepare_output(output)
     started = time.monotonic()
     # The checks (broker, topic) and the partition count, with the local engine's errors.
-    with open_log(bootstrap_servers, coordination_topic, timeout_s) as klog:
+    from marshal_py.spark.options import _kafka_value
+
+    typed = {name: _kafka_value(value) for name, value in (kafka_options or {}).items()}
+    with open_log(bootstrap_servers, coordination_topic, timeout_s, typed) as klog:
         partition_count = klog.partition_count()
     own_session = False
     if spark is None:

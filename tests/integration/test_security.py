@@ -1,0 +1,192 @@
+"""A secured broker (SASL_SSL with SCRAM-SHA-512, a test CA, ACLs on): the right credentials
+work end to end through the library and the CLI's --command-config; a wrong password, an
+unknown CA and a principal without WRITE on the coordination topic each stop with one clear
+line (exit 2 on the CLI, a MarshalError subclass in the library)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaProducer
+
+from marshal_py import Marshaler
+from marshal_py.devbroker.security import SecureDevBroker, make_test_ca
+from marshal_py.errors import KafkaAuthenticationError, KafkaAuthorizationError, MarshalError
+from marshal_py.kafka_properties import load_properties
+from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
+
+pytestmark = pytest.mark.integration
+
+HI = 1.0
+RECORDS = 40
+
+
+def marshal(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "marshal_py.cli", *args], capture_output=True,
+                          text=True, timeout=timeout,
+                          env={k: v for k, v in os.environ.items()
+                               if k not in ("MARSHAL_COMMAND_CONFIG",
+                                            "MARSHAL_BOOTSTRAP_SERVERS")})
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[SecureDevBroker]:
+    """A secure broker with users admin (super user), alice and bob, and `__marshal` created
+    by admin; alice and bob have no ACLs until a test grants them some."""
+    secure = SecureDevBroker(users=("alice", "bob"), heap="512m")
+    secure.start()
+    try:
+        KafkaLog(KafkaLogConfig(bootstrap_servers=secure.bootstrap_servers,
+                                kafka_config=secure.client_config())).close()
+        yield secure
+    finally:
+        secure.stop()
+
+
+@pytest.fixture(scope="module")
+def data_topic(broker: SecureDevBroker) -> str:
+    """A 2-partition topic holding RECORDS records per partition, written by admin."""
+    topic = f"orders-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers, **broker.client_config())
+    try:
+        admin.create_topics({topic: {"num_partitions": 2, "replication_factor": 1}},
+                            wait_for_metadata=True)
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers,
+                             **broker.client_config())
+    try:
+        for p in range(2):
+            for i in range(RECORDS):
+                producer.send(topic, value=f"{p}-{i}".encode(), partition=p)
+        producer.flush()
+    finally:
+        producer.close()
+    return topic
+
+
+def one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def test_right_credentials_work_end_to_end(broker: SecureDevBroker, data_topic: str) -> None:
+    bootstrap = broker.bootstrap_servers
+    admin_config = str(broker.properties_path("admin"))
+    alice_config = broker.properties_path("alice")
+    # marshal init as admin (idempotent: the fixture created __marshal the same way).
+    init = marshal("init", "--bootstrap-servers", bootstrap, "--command-config", admin_config,
+                   "--timeout", "10")
+    assert init.returncode == 0, init.stderr
+    assert "__marshal: 4 partitions" in init.stdout
+    broker.grant("alice", "__marshal", [data_topic])
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with Marshaler(bootstrap, group, "alice-1", HI, timeout=10,
+                   kafka_config=load_properties(alice_config)) as m:
+        consumer = m.consumer([data_topic], offset_reset="earliest", balance="greedy")
+        seen: set[bytes] = set()
+        deadline = time.monotonic() + 60
+        while len(seen) < 2 * RECORDS and time.monotonic() < deadline:
+            for record in consumer.poll(timeout_s=0.5):
+                seen.add(record.value)
+                consumer.commit(record)
+        assert len(seen) == 2 * RECORDS
+        state = marshal("state", "--bootstrap-servers", bootstrap, "--command-config",
+                        str(alice_config), "--group", group, "--heartbeat-interval", str(HI),
+                        "--timeout", "10")
+        assert state.returncode == 0, state.stderr
+        rows = [line.split() for line in state.stdout.splitlines()[1:]]
+        assert sorted(int(r[2]) for r in rows if r[3] == "alice-1") == [0, 1], state.stdout
+        # The admin commands that read data topics' offsets, and the audit, as alice too.
+        lag = marshal("lag", "--bootstrap-servers", bootstrap, "--command-config",
+                      str(alice_config), "--group", group, "--heartbeat-interval", str(HI),
+                      "--json", "--timeout", "10")
+        assert lag.returncode == 0, lag.stderr
+        assert '"alice-1"' in lag.stdout
+        audit = marshal("audit", "--bootstrap-servers", bootstrap, "--command-config",
+                        str(alice_config), "--group", group, "--json", "--timeout", "10")
+        assert audit.returncode == 0, audit.stderr
+
+
+def test_wrong_password_is_one_line_and_exit_2(broker: SecureDevBroker, tmp_path: Path) -> None:
+    wrong = broker.write_client_properties(tmp_path / "bob-wrong.properties", "bob",
+                                           password="not-the-password")
+    expected = (f"authentication failed for user 'bob' (SCRAM-SHA-512) at "
+                f"{broker.bootstrap_servers}: check the username and password "
+                f"(sasl.jaas.config in {wrong})")
+    result = marshal("state", "--bootstrap-servers", broker.bootstrap_servers,
+                     "--command-config", str(wrong), "--timeout", "3")
+    assert result.returncode == 2
+    assert one_line(result.stderr) == f"marshal: error: {expected}"
+    with pytest.raises(KafkaAuthenticationError) as caught:
+        Marshaler(broker.bootstrap_servers, "g", "bob-1", HI, timeout=3,
+                  kafka_config=load_properties(wrong))
+    assert isinstance(caught.value, MarshalError)
+    assert str(caught.value).startswith(
+        f"authentication failed for user 'bob' (SCRAM-SHA-512) at {broker.bootstrap_servers}: "
+        "check the username and password (sasl.jaas.config")
+
+
+def test_unknown_ca_says_to_check_the_truststore(broker: SecureDevBroker,
+                                                 tmp_path: Path) -> None:
+    other_ca = make_test_ca(tmp_path / "other-ca", "other-ca-password", "some other CA")
+    config = tmp_path / "alice-other-ca.properties"
+    config.write_text(broker.properties_path("alice").read_text().replace(
+        str(broker.ca_path), str(other_ca)))
+    result = marshal("state", "--bootstrap-servers", broker.bootstrap_servers,
+                     "--command-config", str(config), "--timeout", "3")
+    assert result.returncode == 2
+    line = one_line(result.stderr)
+    assert line.startswith(f"marshal: error: TLS handshake with {broker.bootstrap_servers} "
+                           "failed: the broker's certificate is not signed by a CA in "
+                           f"{other_ca}"), line
+    assert f"check ssl.truststore.location in {config}" in line
+
+
+def test_a_principal_without_write_cannot_claim_and_is_told_why(
+        broker: SecureDevBroker, data_topic: str) -> None:
+    from kafka.admin import ACL, ACLOperation, ACLPermissionType, ResourcePattern, ResourceType
+
+    def allow(operation: ACLOperation, topic: str) -> ACL:
+        return ACL("User:bob", "*", operation, ACLPermissionType.ALLOW,
+                   ResourcePattern(ResourceType.TOPIC, topic))
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers,
+                             **broker.client_config())
+    try:  # everything a member needs but WRITE on __marshal
+        created = admin.create_acls([
+            allow(ACLOperation.READ, "__marshal"), allow(ACLOperation.DESCRIBE, "__marshal"),
+            allow(ACLOperation.DESCRIBE_CONFIGS, "__marshal"),
+            allow(ACLOperation.READ, data_topic), allow(ACLOperation.DESCRIBE, data_topic)])
+    finally:
+        admin.close()
+    assert not created["failed"]
+    expected = ("not authorized to write to the coordination topic '__marshal' as User:bob: "
+                "grant WRITE (and READ, DESCRIBE) on it")
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    bob = broker.properties_path("bob")
+    with Marshaler(broker.bootstrap_servers, group, "bob-1", HI, timeout=10,
+                   kafka_config=load_properties(bob)) as m:
+        with pytest.raises(KafkaAuthorizationError) as caught:
+            m.consumer([data_topic], offset_reset="earliest")
+        assert str(caught.value) == expected
+    result = marshal("consume", "--bootstrap-servers", broker.bootstrap_servers,
+                     "--command-config", str(bob), "--group", group, "--topic", data_topic,
+                     "--client-id", "bob-2", "--heartbeat-interval", str(HI),
+                     "--timeout", "10")
+    assert result.returncode == 2
+    assert one_line(result.stderr) == f"marshal: error: {expected}"
+    state = marshal("state", "--bootstrap-servers", broker.bootstrap_servers,
+                    "--command-config", str(broker.properties_path("admin")),
+                    "--group", group, "--timeout", "10")
+    assert state.returncode == 0, state.stderr
+    assert "no claims" in state.stdout
