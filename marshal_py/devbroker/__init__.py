@@ -10,6 +10,7 @@ The click command lives in :mod:`marshal_py.devbroker.command` (not imported her
 """
 
 from marshal_py.devbroker.broker import DevBroker
+from marshal_py.devbroker.cluster import DevCluster
 from marshal_py.devbroker.jars import KAFKA_VERSION, default_cache_dir, resolve_kafka_jars
 
-__all__ = ["KAFKA_VERSION", "DevBroker", "default_cache_dir", "resolve_kafka_jars"]
+__all__ = ["KAFKA_VERSION", "DevBroker", "DevCluster", "default_cache_dir", "resolve_kafka_jars"]

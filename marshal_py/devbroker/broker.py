@@ -163,6 +163,10 @@ class DevBroker:
         self.cache_dir: Path | None = cache_dir
         self.heap: str = heap
         self.controller_port: int | None = None
+        #: The KRaft cluster id the storage is formatted with (a new one when None; the nodes
+        #: of a cluster share one).
+        self.cluster_id: str | None = None
+        self._terminated = False
         self._proc: subprocess.Popen[bytes] | None = None
         self._keep_for_inspection = False
         self._atexit_registered = False
@@ -207,9 +211,23 @@ class DevBroker:
         """
         if self.is_running():
             return self
+        deadline = time.monotonic() + timeout
+        self._launch_node()
+        self._await_node(deadline, timeout)
+        log.info(
+            "Kafka %s broker ready on %s (pid %s, log %s)",
+            KAFKA_VERSION,
+            self.bootstrap_servers,
+            self.pid,
+            self.log_path,
+        )
+        return self
+
+    def _launch_node(self) -> None:
+        """Everything :meth:`start` does up to launching the JVM (a cluster launches all its
+        nodes before awaiting any: a KRaft quorum answers only once most voters run)."""
         if self._proc is not None:  # it died since the last start: clean up first
             self._reap()
-        deadline = time.monotonic() + timeout
         self._keep_for_inspection = False
         java, major = find_java()
         log.debug("using %s (Java %d)", java, major)
@@ -230,6 +248,9 @@ class DevBroker:
             ) from exc
         self._format_if_needed(java, lib, properties)
         self._launch(java, lib, properties)
+
+    def _await_node(self, deadline: float, timeout: float) -> None:
+        """Wait until the launched JVM answers; on failure stop it (keeping its log)."""
         try:
             self._await_ready(deadline, timeout)
         except DevBrokerError:
@@ -239,14 +260,6 @@ class DevBroker:
         except BaseException:
             self._reap()
             raise
-        log.info(
-            "Kafka %s broker ready on %s (pid %s, log %s)",
-            KAFKA_VERSION,
-            self.bootstrap_servers,
-            self.pid,
-            self.log_path,
-        )
-        return self
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the broker: SIGTERM, wait up to ``timeout`` seconds, then SIGKILL.
@@ -269,12 +282,15 @@ class DevBroker:
                     timeout,
                 )
                 self._kill()
+        elif proc is not None and self._terminated:
+            pass  # terminate() asked it to exit, and it did
         elif proc is not None:
             log.warning(
                 "the Kafka broker (pid %d) had exited with status %s", proc.pid, proc.poll()
             )
             self._keep_for_inspection = True
         self._reap()
+        self._terminated = False
         if self._owns_data_dir and self.data_dir.exists():
             if self._keep_for_inspection:
                 log.warning(
@@ -282,6 +298,14 @@ class DevBroker:
                 )
             else:
                 shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def terminate(self) -> None:
+        """Send SIGTERM without waiting (:meth:`stop` then waits and cleans up)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            self._terminated = True
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
         """SIGKILL the broker, as a crash would, and keep its data directory and ports:
@@ -344,7 +368,7 @@ class DevBroker:
         if (self._kafka_log_dir / "meta.properties").is_file():
             log.debug("%s is already formatted", self._kafka_log_dir)
             return
-        cluster_id = new_cluster_id()
+        cluster_id = self.cluster_id or new_cluster_id()
         log.info("formatting %s (cluster id %s)", self._kafka_log_dir, cluster_id)
         command = [
             java,
@@ -357,6 +381,7 @@ class DevBroker:
             cluster_id,
             "-c",
             str(properties),
+            *self._format_extra_args(),
         ]
         try:
             result = subprocess.run(
@@ -386,6 +411,11 @@ class DevBroker:
                 f"{reason[:_MAX_QUOTE]}; remove that directory (it may belong to another "
                 "cluster) or choose another data directory"
             )
+
+    def _format_extra_args(self) -> list[str]:
+        """More arguments of ``kafka.tools.StorageTool format`` (subclasses: e.g. SCRAM users
+        with ``--add-scram``); none for the plain broker."""
+        return []
 
     def _jvm_options(self) -> list[str]:
         return [

@@ -2,8 +2,10 @@
 
 The first line of standard output is ``bootstrap.servers=127.0.0.1:PORT``, printed once the
 broker answers; progress goes to standard error. SIGINT or SIGTERM stops the broker and the
-command exits 0. ``--resolve-only`` only fetches and caches the broker jars (``bin/setup`` uses
-it) and prints their directory.
+command exits 0. ``--security sasl-ssl`` starts a secured broker (see
+:mod:`marshal_py.devbroker.security`) and prints ``client.properties=PATH`` (admin's client
+properties file, for ``--command-config``) as the second line. ``--resolve-only`` only
+fetches and caches the broker jars (``bin/setup`` uses it) and prints their directory.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from typing import TextIO
 import click
 
 from marshal_py.devbroker.broker import DevBroker
+from marshal_py.devbroker.cluster import MAX_NODES, DevCluster
 from marshal_py.devbroker.jars import resolve_kafka_jars
+from marshal_py.devbroker.security import ADMIN_USER, SecureDevBroker
 from marshal_py.errors import DevBrokerError
 
 log = logging.getLogger(__name__)
@@ -53,24 +57,48 @@ class _StopRequested(Exception):
     default=False,
     help="Only download and cache the Kafka broker jars, print their directory and exit.",
 )
-def dev_broker(port: int | None, data_dir: Path | None, resolve_only: bool) -> None:
-    """Run a single-node Apache Kafka broker on 127.0.0.1 until SIGINT or SIGTERM.
+@click.option(
+    "--security",
+    type=click.Choice(["none", "sasl-ssl"]),
+    default="none",
+    show_default=True,
+    help="sasl-ssl: SASL_SSL with SCRAM-SHA-512 users admin (super user), alice and bob, a "
+    "test CA, and ACLs on; writes a client properties file per user into DATA_DIR/security "
+    "and prints admin's as client.properties=PATH.",
+)
+@click.option(
+    "--brokers",
+    type=click.IntRange(1, MAX_NODES),
+    default=1,
+    show_default=True,
+    help="Nodes (each broker and controller): 3 starts a KRaft cluster on loopback whose "
+    "topics get replication 3 and min.insync.replicas 2.",
+)
+def dev_broker(port: int | None, data_dir: Path | None, resolve_only: bool,
+               security: str, brokers: int) -> None:
+    """Run a single-node Apache Kafka broker (or with --brokers N a cluster) on 127.0.0.1
+    until SIGINT or SIGTERM.
 
     Prints bootstrap.servers=127.0.0.1:PORT as the first line of standard output once the
-    broker answers; progress goes to standard error.
+    broker answers (with --security sasl-ssl, client.properties=PATH as the second);
+    progress goes to standard error.
     """
     try:
         with _progress_to_stderr():
             if resolve_only:
                 click.echo(str(resolve_kafka_jars()))
                 return
-            _serve(port, data_dir)
+            if brokers > 1 and (port is not None or security != "none"):
+                raise click.UsageError("--brokers above 1 picks free ports itself and has no "
+                                       "--security yet; drop --port / --security")
+            _serve(port, data_dir, security, brokers)
     except DevBrokerError as exc:
         click.echo(f"{PROG}: error: {exc}", err=True)
         click.get_current_context().exit(2)
 
 
-def _serve(port: int | None, data_dir: Path | None) -> None:
+def _serve(port: int | None, data_dir: Path | None, security: str = "none",
+           brokers: int = 1) -> None:
     """Start the broker, announce it, and keep it running until a stop signal."""
     stop_requested = threading.Event()
     state = {"starting": True}
@@ -83,17 +111,30 @@ def _serve(port: int | None, data_dir: Path | None) -> None:
     previous = {}
     if threading.current_thread() is threading.main_thread():  # signal() works only there
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    broker: DevBroker | None = None
+    broker: DevBroker | DevCluster | None = None
     try:
-        broker = DevBroker(port=port, data_dir=data_dir)
+        if brokers > 1:
+            broker = DevCluster(brokers, data_dir=data_dir)
+        elif security == "sasl-ssl":
+            broker = SecureDevBroker(port=port, data_dir=data_dir)
+        else:
+            broker = DevBroker(port=port, data_dir=data_dir)
         try:
             broker.start()
         except _StopRequested as stop:
             log.info("%s received before the broker was ready; stopping", stop)
             return
         state["starting"] = False
-        log.info("serving (broker pid %s); stop with Ctrl+C or SIGTERM", broker.pid)
+        if isinstance(broker, DevCluster):
+            log.info("serving (broker pids %s); stop with Ctrl+C or SIGTERM",
+                     ",".join(str(n.pid) for n in broker.nodes.values()))
+        else:
+            log.info("serving (broker pid %s); stop with Ctrl+C or SIGTERM", broker.pid)
         click.echo(f"bootstrap.servers={broker.bootstrap_servers}")
+        if isinstance(broker, SecureDevBroker):
+            click.echo(f"client.properties={broker.properties_path(ADMIN_USER)}")
+            for user in broker.users:
+                log.info("client properties of %s: %s", user, broker.properties_path(user))
         sys.stdout.flush()
         while not stop_requested.is_set():
             if not broker.is_running():

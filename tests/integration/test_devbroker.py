@@ -493,6 +493,41 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
         stderr_file.close()
 
 
+def test_cli_serves_a_three_node_cluster_until_sigterm(tmp_path: Path) -> None:
+    stderr_path = tmp_path / "stderr"
+    proc, stderr_file = _start_cli("--brokers", "3", stderr_path=stderr_path)
+    try:
+        line = _first_line(proc, timeout=180)
+        assert line.startswith("bootstrap.servers="), (line, stderr_path.read_text())
+        bootstrap = line.strip().split("=", 1)[1]
+        assert len(bootstrap.split(",")) == 3
+        match = re.search(r"broker pids ([\d,]+)", stderr_path.read_text())
+        assert match is not None, stderr_path.read_text()
+        pids = [int(p) for p in match.group(1).split(",")]
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            assert len(admin.describe_cluster()["brokers"]) == 3
+        finally:
+            admin.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=90) == 0
+        assert all(_process_gone(pid) for pid in pids)
+        assert "Traceback" not in stderr_path.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        stderr_file.close()
+
+
+def test_cli_refuses_a_cluster_with_a_fixed_port() -> None:
+    result = CliRunner().invoke(dev_broker, ["--brokers", "3", "--port", "9092"])
+    assert result.exit_code == 2
+    assert "--brokers above 1 picks free ports itself" in result.output
+    result = CliRunner().invoke(dev_broker, ["--brokers", "9"])
+    assert result.exit_code == 2 and "9" in result.output
+
+
 def test_cli_kill_9_leaves_no_orphan_jvm(tmp_path: Path) -> None:
     stderr_path = tmp_path / "stderr"
     data_dir = tmp_path / "data"
