@@ -108,7 +108,12 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         self._settle_previous_batch()
         with self._lock:
             if not any(self._to_fetch.values()):
-                self._preclaim()  # ran dry before the coordination thread's next tick
+                try:
+                    self._preclaim()  # ran dry before the coordination thread's next tick
+                except BrokerUnavailableError as exc:
+                    # The broker is away for a moment (restarting, electing a leader): the
+                    # coordination thread keeps trying; this poll just returns nothing.
+                    log.warning("cannot acquire share records now: %s", exc)
             wanted = {tp: min(offsets) for tp, offsets in self._to_fetch.items() if offsets}
             span = sum(max(o) - min(o) + 1 for o in self._to_fetch.values() if o)
         if not wanted:
