@@ -8,6 +8,7 @@ with a group-less consumer on manually assigned partitions.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -178,11 +179,16 @@ class KafkaLog:
                     "consumer create it), or name the right one with --coordination-topic"
                 )
             self._create_topic()
+            # In a cluster the new topic's metadata reaches every broker a moment later.
+            deadline = time.monotonic() + self.config.timeout_s
             described = self._describe()
+            while described is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+                described = self._describe()
             if described is None:
                 raise CoordinationTopicError(
-                    f"created {self.config.topic!r} but the broker does not describe it yet; "
-                    "try again"
+                    f"created {self.config.topic!r} but the brokers did not describe it within "
+                    f"{self.config.timeout_s:g} s; try again"
                 )
         self._check_timestamp_type()
         return len(described["partitions"])

@@ -87,6 +87,12 @@ def test_killing_the_coordination_leader_loses_no_acknowledged_record(
     topic, group = "orders", "orders.team"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.create_topics([NewTopic(topic, PARTITIONS, 3)], validate_only=False)
+
+    def partition_count(name: str) -> int:
+        found = admin.describe_topics([name])
+        return len(found[0].get("partitions") or []) if found else 0
+
+    wait_for(lambda: partition_count(topic) == PARTITIONS, "the data topic's metadata")
     # The coordination topic, created as members create it; check what it rests on.
     KafkaLog(KafkaLogConfig(bootstrap_servers=bootstrap, topic=CTOPIC)).close()
     configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, CTOPIC)])
