@@ -17,6 +17,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 
 from marshal_py.client.engine import MemberEngine
 from marshal_py.client.member_consumer import MemberConsumer
+from marshal_py.errors import BrokerUnavailableError
 from marshal_py.log.kafka import KafkaLogConfig
 
 if TYPE_CHECKING:
@@ -85,8 +86,15 @@ class Consumer(MemberConsumer[ConsumerRecord]):
                 continue
             offsets = [r.offset for r in records]
             with self._lock:
-                accepted = self._engine.accept(tp.topic, tp.partition, epoch, offsets,
-                                               offsets[-1] + 1)
+                try:
+                    accepted = self._engine.accept(tp.topic, tp.partition, epoch, offsets,
+                                                   offsets[-1] + 1)
+                except BrokerUnavailableError as exc:
+                    # The broker is away for a moment: the batch is not confirmed, so it is
+                    # not handed out; it is fetched again once the claim is confirmed.
+                    log.warning("cannot confirm a batch of %s/%d now: %s", tp.topic,
+                                tp.partition, exc)
+                    accepted = False
                 still = self._engine.assignments().get(key)
             if accepted:
                 self._buffer.extend((r, epoch) for r in records)

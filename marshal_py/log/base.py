@@ -46,6 +46,12 @@ class CoordinationLog(Protocol):
         partition. Waits up to ``timeout_s`` for at least one; returns [] if none arrived."""
         ...
 
+    def read_position(self, partition: int) -> int | None:
+        """The position the reader of ``partition`` has read past, counting positions that
+        hold no record (transaction markers); None when it cannot say. Positions below it
+        that :meth:`fetch` did not return hold no record."""
+        ...
+
     def close(self) -> None:
         """Release connections. Safe to call twice."""
         ...

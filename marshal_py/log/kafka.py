@@ -101,6 +101,9 @@ class KafkaLogConfig:
             "bootstrap_servers": self.bootstrap_servers,
             "bootstrap_timeout_ms": int(self.timeout_s * 1000),
             "request_timeout_ms": int(self.timeout_s * 1000) + 5000,
+            # Reconnect to a restarted broker within a second, as the Java client does
+            # (kafka-python backs off up to 30 s; members would stall that long).
+            "reconnect_backoff_max_ms": 1000,
             **extra,
         }
 
@@ -321,6 +324,20 @@ class KafkaLog:
         if found is None:
             return self.end_position(partition)
         return int(found.offset)
+
+    def read_position(self, partition: int) -> int | None:
+        """Where the reading consumer's fetch position is (kafka-python moves it past control
+        records it does not return); None when it is not reading the partition or the broker
+        cannot be asked now."""
+        consumer = self._consumer
+        tp = self._tp(partition)
+        if consumer is None or tp not in consumer.assignment():
+            return None
+        try:
+            return int(consumer.position(tp, timeout_ms=1000))
+        except Exception as exc:  # the broker is away: cannot say
+            log.debug("no read position for %s: %s", tp, exc)
+            return None
 
     def fetch(self, starts: Mapping[int, int], timeout_s: float) -> list[CoordinationRecord]:
         with _kafka_errors(self.config, "reading coordination records"):

@@ -97,6 +97,10 @@ class MemoryLog:
             found.extend(self._records[partition][first:])
         return found
 
+    def read_position(self, partition: int) -> int | None:
+        """Every position of a MemoryLog holds a record: there is never a gap to skip."""
+        return None
+
     def fetch(self, starts: Mapping[int, int], timeout_s: float) -> list[CoordinationRecord]:
         deadline = time.monotonic() + timeout_s
         with self._changed:

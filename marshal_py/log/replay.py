@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 
-from marshal_py.errors import CoordinationLogLostError
+from marshal_py.errors import BrokerUnavailableError, CoordinationLogLostError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.world.rationalizer import Rationalizer, Verdict
 
@@ -63,13 +63,33 @@ def catch_up(
         batch = log_.fetch(pending, fetch_timeout_s)
         empty_fetches = 0 if batch else empty_fetches + 1
         if empty_fetches >= _MAX_EMPTY_FETCHES:
-            # Offsets below the end that never arrive (e.g. transaction markers written by a
-            # foreign producer) must not hang a replay.
-            log.warning("no records arrive before the end of %s partitions %s; treating them "
-                        "as caught up", log_.topic, sorted(pending))
-            for p in pending:
-                rationalizer.skip_to(p, targets[p])
-            break
+            # Nothing arrives. Either the positions below the end hold no records (markers of
+            # a foreign transactional producer): the reader has read past them, and only
+            # those may be skipped. Or the broker is away: then nothing may be skipped — a
+            # record skipped here would make this reader disagree with every other.
+            moved = False
+            for p in list(pending):
+                reached = log_.read_position(p)
+                if reached is not None and reached > pending[p]:
+                    log.warning("positions %d..%d of %s partition %d hold no records "
+                                "(transaction markers?); skipping them", pending[p],
+                                min(reached, targets[p]) - 1, log_.topic, p)
+                    rationalizer.skip_to(p, min(reached, targets[p]))
+                    moved = True
+            if not moved:
+                raise BrokerUnavailableError(
+                    f"no coordination records arrive from {log_.topic} partitions "
+                    f"{sorted(pending)} (read up to {dict(sorted(pending.items()))}, ends "
+                    f"{ {p: targets[p] for p in sorted(pending)} }): the broker may be "
+                    "restarting; this reader will try again")
+            empty_fetches = 0
+            for p in list(pending):
+                nxt = rationalizer.next_position(p)
+                if nxt >= targets[p]:
+                    del pending[p]
+                elif nxt > pending[p]:
+                    pending[p] = nxt
+            continue
         for record in batch:
             if record.position >= targets[record.partition]:
                 continue
