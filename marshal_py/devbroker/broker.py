@@ -166,9 +166,6 @@ class DevBroker:
         #: The KRaft cluster id the storage is formatted with (a new one when None; the nodes
         #: of a cluster share one).
         self.cluster_id: str | None = None
-        #: What messages and log lines call this broker ("node 2 of the Kafka cluster" for a
-        #: node of a :class:`~marshal_py.devbroker.cluster.DevCluster`).
-        self.name: str = "the Kafka broker"
         self._terminated = False
         self._proc: subprocess.Popen[bytes] | None = None
         self._keep_for_inspection = False
@@ -236,7 +233,7 @@ class DevBroker:
         log.debug("using %s (Java %d)", java, major)
         lib = resolve_kafka_jars(self.cache_dir)
 
-        _check_port_free(self.port, self._port_label)
+        _check_port_free(self.port, "port")
         if self.controller_port is None or not _port_is_free(self.controller_port):
             # A restart keeps the controller port when it can (the quorum's address).
             self.controller_port = free_port(exclude=frozenset({self.port}))
@@ -336,11 +333,6 @@ class DevBroker:
         self.stop()
 
     # -- internals --------------------------------------------------------------------------
-
-    @property
-    def _port_label(self) -> str:
-        """What the client port is called in errors."""
-        return "port"
 
     @property
     def _pid_path(self) -> Path:
@@ -470,50 +462,31 @@ class DevBroker:
             self._pid_path.write_text(f"{self._proc.pid}\n", encoding="ascii")
 
     def _await_ready(self, deadline: float, timeout: float) -> None:
-        while not self._ready_step():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise self._not_ready_error(timeout)
-            self._wait_for_exit(min(0.25, remaining))
-
-    def _ready_step(self) -> bool:
-        """One readiness check of the launched JVM: True once it answers, False while it
-        does not yet; raises DevBrokerError (quoting its log) when it has exited."""
         proc = self._proc
         assert proc is not None
-        returncode = proc.poll()
-        if returncode is not None:
-            raise self._startup_failure(returncode)
-        return self._answers()
-
-    def _wait_for_exit(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds, returning at once if the JVM exits."""
-        if self._proc is not None:
+        while True:
+            returncode = proc.poll()
+            if returncode is not None:
+                raise self._startup_failure(returncode)
+            if self._answers():
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DevBrokerError(
+                    f"the Kafka broker on {self.bootstrap_servers} did not answer within "
+                    f"{timeout:.0f} s; see its log {self.log_path} or start it with a longer "
+                    "timeout"
+                )
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=timeout)
-
-    def _not_ready_error(self, timeout: float) -> DevBrokerError:
-        return DevBrokerError(
-            f"{self.name} on {self.bootstrap_servers} did not answer within {timeout:.0f} s; "
-            f"see its log {self.log_path} or start it with a longer timeout"
-        )
+                proc.wait(timeout=min(0.25, remaining))  # returns at once if the JVM exits
 
     def _answers(self) -> bool:
         """True when the broker accepts a connection and answers DescribeCluster."""
-        cluster = self._describe_cluster()
-        if cluster is None:
-            return False
-        brokers = cluster.get("brokers")
-        controller = cluster.get("controller_id")
-        return bool(brokers) and controller not in (None, -1)
-
-    def _describe_cluster(self) -> dict[str, object] | None:
-        """This broker's DescribeCluster answer, or None while it does not give one."""
         try:
             with socket.create_connection((HOST, self.port), timeout=1.0):
                 pass
         except OSError:
-            return None
+            return False
         from kafka import KafkaAdminClient
 
         try:
@@ -527,17 +500,19 @@ class DevBroker:
                 bootstrap_timeout_ms=1000,
             )
         except Exception as exc:
-            log.debug("%s not ready yet: %s", self.name, exc)
-            return None
+            log.debug("broker not ready yet: %s", exc)
+            return False
         try:
             cluster = admin.describe_cluster()
         except Exception as exc:
-            log.debug("%s not ready yet: %s", self.name, exc)
-            return None
+            log.debug("broker not ready yet: %s", exc)
+            return False
         finally:
             with contextlib.suppress(Exception):
                 admin.close()
-        return cluster if isinstance(cluster, dict) else None
+        brokers = cluster.get("brokers") if isinstance(cluster, dict) else None
+        controller = cluster.get("controller_id") if isinstance(cluster, dict) else None
+        return bool(brokers) and controller not in (None, -1)
 
     def _startup_failure(self, returncode: int) -> DevBrokerError:
         text = self._read_log_tail()
@@ -548,16 +523,16 @@ class DevBroker:
             if port == self.controller_port:
                 return DevBrokerError(
                     f"controller port {HOST}:{port} (picked automatically) was taken by another "
-                    f"process while {self.name} started; start it again; broker log: "
+                    f"process while the broker started; start it again; broker log: "
                     f"{self.log_path}"
                 )
             return DevBrokerError(
-                f"port {HOST}:{port} is already in use ({self.name} exited at startup); stop "
+                f"port {HOST}:{port} is already in use (the broker exited at startup); stop "
                 f"whatever listens there (see `ss -ltnp 'sport = :{port}'`) or choose "
                 f"another port; broker log: {self.log_path}"
             )
         return DevBrokerError(
-            f"{self.name} exited during startup (status {returncode}): "
+            f"the Kafka broker exited during startup (status {returncode}): "
             f"{_describe_last_error(text)}; see its log {self.log_path}"
         )
 
