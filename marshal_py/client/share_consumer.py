@@ -183,7 +183,8 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         while self._buffer:
             record = self._buffer.popleft()
             with self._lock:
-                deliverable = self._engine.holds(record.topic, record.partition, record.offset)
+                deliverable = self._engine.holds(record.topic, record.partition, record.offset,
+                                                 record.delivery_count)
             if deliverable:
                 self._unacked[((record.topic, record.partition), record.offset)] = record
                 return record

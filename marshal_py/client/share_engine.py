@@ -206,11 +206,15 @@ class ShareEngine(GroupMember[ShareConfig]):
         self.stats.records_void += len(candidates) - len(granted)
         return sorted(granted)
 
-    def holds(self, topic: str, partition: int, offset: int) -> bool:
-        """May this record be handed out now (acquired by us, lock not elapsed)?"""
+    def holds(self, topic: str, partition: int, offset: int,
+              delivery_count: int | None = None) -> bool:
+        """May this record be handed out now (acquired by us, lock not elapsed)? With
+        ``delivery_count``, only under that acquisition: a copy fetched under an earlier one
+        whose lock elapsed is stale even when this member acquired the record again."""
         expiry = self._lock_expiry.get((topic, partition), {}).get(offset)
-        return (offset in self.held.get((topic, partition), {}) and expiry is not None
-                and self.clock.now_ms() < expiry)
+        count = self.held.get((topic, partition), {}).get(offset)
+        return (count is not None and expiry is not None and self.clock.now_ms() < expiry
+                and (delivery_count is None or count == delivery_count))
 
     # -- acknowledging -------------------------------------------------------------------------
 

@@ -118,3 +118,25 @@ def test_every_record_is_accepted_once_or_archived(seed: int) -> None:
         assert max(counts) <= 3
     assert seen_counts[POISON] == [1, 2, 3]
     assert crashes >= 1
+
+
+def test_a_copy_fetched_under_an_elapsed_lock_is_stale_after_reacquiring() -> None:
+    """Found by the chaos campaign: a member whose locks elapsed while the broker was away
+    acquired the same records again; copies fetched under the first acquisition must not be
+    handed out (the second acquisition's copies are)."""
+    clock = VirtualClock()
+    log = MemoryLog(partitions=2, clock=clock)
+    topic = MemoryTopic("jobs", 1)
+    for i in range(5):
+        topic.produce(0, f"job-{i}".encode())
+    engine = new_member("a", log, topic, clock, random.Random(7))
+    first = dict(engine.acquire("jobs", 0, 5))
+    assert first == {o: 1 for o in range(5)}
+    assert engine.holds("jobs", 0, 2, 1)
+    clock.advance(LOCK + 1)  # no renewal: the locks elapse
+    engine.tick()
+    assert not engine.holds("jobs", 0, 2)
+    again = dict(engine.acquire("jobs", 0, 5))
+    assert again == {o: 2 for o in range(5)}
+    assert engine.holds("jobs", 0, 2, 2) and engine.holds("jobs", 0, 2)
+    assert not engine.holds("jobs", 0, 2, 1)
