@@ -1,16 +1,24 @@
-"""A real single-node Apache Kafka broker that marshal_py starts by itself.
+"""A real Apache Kafka broker (or a cluster of them) that marshal_py starts by itself.
 
 Used by the integration tests and by ``marshal dev-broker``: the broker jars are resolved once
 with Maven from the pinned ``kafka-pom.xml`` and cached outside the repository (see
 :func:`default_cache_dir`); :class:`DevBroker` formats a KRaft data directory, launches the JVM
-on 127.0.0.1 and waits until the broker answers.
+on 127.0.0.1 and waits until the broker answers; :class:`DevCluster` does the same for several
+nodes forming one cluster (for failure tests: kill a node, restart it, ask who leads).
 
 The click command lives in :mod:`marshal_py.devbroker.command` (not imported here, so that
 ``python -m marshal_py.devbroker.command`` runs cleanly).
 """
 
 from marshal_py.devbroker.broker import DevBroker
-from marshal_py.devbroker.cluster import DevCluster
+from marshal_py.devbroker.cluster import DevCluster, PartitionState
 from marshal_py.devbroker.jars import KAFKA_VERSION, default_cache_dir, resolve_kafka_jars
 
-__all__ = ["KAFKA_VERSION", "DevBroker", "DevCluster", "default_cache_dir", "resolve_kafka_jars"]
+__all__ = [
+    "KAFKA_VERSION",
+    "DevBroker",
+    "DevCluster",
+    "PartitionState",
+    "default_cache_dir",
+    "resolve_kafka_jars",
+]

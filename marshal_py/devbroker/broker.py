@@ -166,6 +166,9 @@ class DevBroker:
         #: The KRaft cluster id the storage is formatted with (a new one when None; the nodes
         #: of a cluster share one).
         self.cluster_id: str | None = None
+        #: What messages and log lines call this broker ("node 2 of the Kafka cluster" for a
+        #: node of a :class:`~marshal_py.devbroker.cluster.DevCluster`).
+        self.name: str = "the Kafka broker"
         self._terminated = False
         self._proc: subprocess.Popen[bytes] | None = None
         self._keep_for_inspection = False
@@ -215,9 +218,10 @@ class DevBroker:
         self._launch_node()
         self._await_node(deadline, timeout)
         log.info(
-            "Kafka %s broker ready on %s (pid %s, log %s)",
-            KAFKA_VERSION,
+            "%s is ready on %s (Kafka %s, pid %s, log %s)",
+            self.name,
             self.bootstrap_servers,
+            KAFKA_VERSION,
             self.pid,
             self.log_path,
         )
@@ -226,6 +230,13 @@ class DevBroker:
     def _launch_node(self) -> None:
         """Everything :meth:`start` does up to launching the JVM (a cluster launches all its
         nodes before awaiting any: a KRaft quorum answers only once most voters run)."""
+        self._launch(*self._prepare_node())
+
+    def _prepare_node(self) -> tuple[str, Path, Path]:
+        """Everything before the launch: Java, the jars, the ports, ``server.properties`` and
+        the storage format. Returns (java, jar directory, properties path). It starts no
+        long-lived process, so a cluster prepares its nodes in parallel threads; the launch
+        itself must happen on the thread that outlives the broker."""
         if self._proc is not None:  # it died since the last start: clean up first
             self._reap()
         self._keep_for_inspection = False
@@ -233,7 +244,7 @@ class DevBroker:
         log.debug("using %s (Java %d)", java, major)
         lib = resolve_kafka_jars(self.cache_dir)
 
-        _check_port_free(self.port, "port")
+        _check_port_free(self.port, self._port_label)
         if self.controller_port is None or not _port_is_free(self.controller_port):
             # A restart keeps the controller port when it can (the quorum's address).
             self.controller_port = free_port(exclude=frozenset({self.port}))
@@ -247,7 +258,7 @@ class DevBroker:
                 "choose a writable data directory"
             ) from exc
         self._format_if_needed(java, lib, properties)
-        self._launch(java, lib, properties)
+        return java, lib, properties
 
     def _await_node(self, deadline: float, timeout: float) -> None:
         """Wait until the launched JVM answers; on failure stop it (keeping its log)."""
@@ -270,14 +281,15 @@ class DevBroker:
         """
         proc = self._proc
         if proc is not None and proc.poll() is None:
-            log.info("stopping the Kafka broker (pid %d)", proc.pid)
+            log.info("stopping %s (pid %d)", self.name, proc.pid)
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 log.warning(
-                    "the Kafka broker (pid %d) ignored SIGTERM for %.0f s; killing it",
+                    "%s (pid %d) ignored SIGTERM for %.0f s; killing it",
+                    self.name,
                     proc.pid,
                     timeout,
                 )
@@ -286,7 +298,7 @@ class DevBroker:
             pass  # terminate() asked it to exit, and it did
         elif proc is not None:
             log.warning(
-                "the Kafka broker (pid %d) had exited with status %s", proc.pid, proc.poll()
+                "%s (pid %d) had exited with status %s", self.name, proc.pid, proc.poll()
             )
             self._keep_for_inspection = True
         self._reap()
@@ -313,7 +325,7 @@ class DevBroker:
         proc = self._proc
         if proc is None:
             return
-        log.info("killing the Kafka broker (pid %d) with SIGKILL", proc.pid)
+        log.info("killing %s (pid %d) with SIGKILL", self.name, proc.pid)
         self._kill()
         self._proc = None
         with contextlib.suppress(OSError):
@@ -333,6 +345,11 @@ class DevBroker:
         self.stop()
 
     # -- internals --------------------------------------------------------------------------
+
+    @property
+    def _port_label(self) -> str:
+        """What the client port is called in errors."""
+        return "port"
 
     @property
     def _pid_path(self) -> Path:
@@ -437,7 +454,7 @@ class DevBroker:
         if self.log_path.exists():
             with contextlib.suppress(OSError):
                 os.replace(self.log_path, self.log_path.with_name("broker.log.1"))
-        log.info("starting the Kafka %s broker on %s", KAFKA_VERSION, self.bootstrap_servers)
+        log.info("starting %s on %s (Kafka %s)", self.name, self.bootstrap_servers, KAFKA_VERSION)
         log.debug("running %s", " ".join(command))
         try:
             # The child keeps its own descriptor of the log; the parent's closes right away.
@@ -462,31 +479,50 @@ class DevBroker:
             self._pid_path.write_text(f"{self._proc.pid}\n", encoding="ascii")
 
     def _await_ready(self, deadline: float, timeout: float) -> None:
-        proc = self._proc
-        assert proc is not None
-        while True:
-            returncode = proc.poll()
-            if returncode is not None:
-                raise self._startup_failure(returncode)
-            if self._answers():
-                return
+        while not self._ready_step():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise DevBrokerError(
-                    f"the Kafka broker on {self.bootstrap_servers} did not answer within "
-                    f"{timeout:.0f} s; see its log {self.log_path} or start it with a longer "
-                    "timeout"
-                )
+                raise self._not_ready_error(timeout)
+            self._wait_for_exit(min(0.25, remaining))
+
+    def _ready_step(self) -> bool:
+        """One readiness check of the launched JVM: True once it answers, False while it
+        does not yet; raises DevBrokerError (quoting its log) when it has exited."""
+        proc = self._proc
+        assert proc is not None
+        returncode = proc.poll()
+        if returncode is not None:
+            raise self._startup_failure(returncode)
+        return self._answers()
+
+    def _wait_for_exit(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds, returning at once if the JVM exits."""
+        if self._proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=min(0.25, remaining))  # returns at once if the JVM exits
+                self._proc.wait(timeout=timeout)
+
+    def _not_ready_error(self, timeout: float) -> DevBrokerError:
+        return DevBrokerError(
+            f"{self.name} on {self.bootstrap_servers} did not answer within {timeout:.0f} s; "
+            f"see its log {self.log_path} or start it with a longer timeout"
+        )
 
     def _answers(self) -> bool:
         """True when the broker accepts a connection and answers DescribeCluster."""
+        cluster = self._describe_cluster()
+        if cluster is None:
+            return False
+        brokers = cluster.get("brokers")
+        controller = cluster.get("controller_id")
+        return bool(brokers) and controller not in (None, -1)
+
+    def _describe_cluster(self) -> dict[str, object] | None:
+        """This broker's DescribeCluster answer, or None while it does not give one."""
         try:
             with socket.create_connection((HOST, self.port), timeout=1.0):
                 pass
         except OSError:
-            return False
+            return None
         from kafka import KafkaAdminClient
 
         try:
@@ -500,19 +536,17 @@ class DevBroker:
                 bootstrap_timeout_ms=1000,
             )
         except Exception as exc:
-            log.debug("broker not ready yet: %s", exc)
-            return False
+            log.debug("%s not ready yet: %s", self.name, exc)
+            return None
         try:
             cluster = admin.describe_cluster()
         except Exception as exc:
-            log.debug("broker not ready yet: %s", exc)
-            return False
+            log.debug("%s not ready yet: %s", self.name, exc)
+            return None
         finally:
             with contextlib.suppress(Exception):
                 admin.close()
-        brokers = cluster.get("brokers") if isinstance(cluster, dict) else None
-        controller = cluster.get("controller_id") if isinstance(cluster, dict) else None
-        return bool(brokers) and controller not in (None, -1)
+        return cluster if isinstance(cluster, dict) else None
 
     def _startup_failure(self, returncode: int) -> DevBrokerError:
         text = self._read_log_tail()
@@ -523,16 +557,16 @@ class DevBroker:
             if port == self.controller_port:
                 return DevBrokerError(
                     f"controller port {HOST}:{port} (picked automatically) was taken by another "
-                    f"process while the broker started; start it again; broker log: "
+                    f"process while {self.name} started; start it again; broker log: "
                     f"{self.log_path}"
                 )
             return DevBrokerError(
-                f"port {HOST}:{port} is already in use (the broker exited at startup); stop "
+                f"port {HOST}:{port} is already in use ({self.name} exited at startup); stop "
                 f"whatever listens there (see `ss -ltnp 'sport = :{port}'`) or choose "
                 f"another port; broker log: {self.log_path}"
             )
         return DevBrokerError(
-            f"the Kafka broker exited during startup (status {returncode}): "
+            f"{self.name} exited during startup (status {returncode}): "
             f"{_describe_last_error(text)}; see its log {self.log_path}"
         )
 

@@ -6,6 +6,9 @@ command exits 0. ``--security sasl-ssl`` starts a secured broker (see
 :mod:`marshal_py.devbroker.security`) and prints ``client.properties=PATH`` (admin's client
 properties file, for ``--command-config``) as the second line. ``--resolve-only`` only
 fetches and caches the broker jars (``bin/setup`` uses it) and prints their directory.
+``--brokers N`` (2 to 5) starts a KRaft cluster of N nodes instead (see
+:class:`~marshal_py.devbroker.cluster.DevCluster`) and prints every node's address, comma
+separated; a node exiting by itself ends the command with an error naming it and its log.
 """
 
 from __future__ import annotations
@@ -138,17 +141,26 @@ def _serve(port: int | None, data_dir: Path | None, security: str = "none",
         sys.stdout.flush()
         while not stop_requested.is_set():
             if not broker.is_running():
-                raise DevBrokerError(
-                    f"the Kafka broker exited unexpectedly; see its log {broker.log_path}"
-                )
+                raise DevBrokerError(_exited_unexpectedly(broker))
             stop_requested.wait(1.0)
-        log.info("stop requested; stopping the broker")
+        log.info("stop requested; stopping the %s",
+                 "cluster" if isinstance(broker, DevCluster) else "broker")
     finally:
         state["starting"] = False
         if broker is not None:
             broker.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _exited_unexpectedly(broker: DevBroker | DevCluster) -> str:
+    """The error when the served broker, or a node of the served cluster, has exited."""
+    if isinstance(broker, DevCluster):
+        stopped = broker.stopped_nodes()
+        if stopped:
+            node = stopped[0]
+            return f"{node.name} exited unexpectedly; see its log {node.log_path}"
+    return f"the Kafka broker exited unexpectedly; see its log {broker.log_path}"
 
 
 class _StderrHandler(logging.StreamHandler[TextIO]):

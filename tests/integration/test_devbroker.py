@@ -30,6 +30,7 @@ from marshal_py import jvm
 from marshal_py.devbroker import (
     KAFKA_VERSION,
     DevBroker,
+    DevCluster,
     default_cache_dir,
     resolve_kafka_jars,
 )
@@ -526,6 +527,69 @@ def test_cli_refuses_a_cluster_with_a_fixed_port() -> None:
     assert "--brokers above 1 picks free ports itself" in result.output
     result = CliRunner().invoke(dev_broker, ["--brokers", "9"])
     assert result.exit_code == 2 and "9" in result.output
+
+
+@pytest.mark.parametrize("value", ["0", "6", "three"])
+def test_cli_bad_brokers_value_is_a_one_line_error(value: str) -> None:
+    from marshal_py.cli import main
+
+    result = CliRunner().invoke(main, ["dev-broker", "--brokers", value], prog_name="marshal")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("marshal dev-broker: error: ") and "--brokers" in lines[0]
+    assert value in lines[0]
+
+
+def test_cli_kill_9_of_a_cluster_leaves_no_orphan_jvm(tmp_path: Path) -> None:
+    stderr_path = tmp_path / "stderr"
+    data_dir = tmp_path / "data"
+    proc, stderr_file = _start_cli("--brokers", "3", "--data-dir", str(data_dir),
+                                   stderr_path=stderr_path)
+    try:
+        line = _first_line(proc, timeout=180)
+        assert line.startswith("bootstrap.servers="), (line, stderr_path.read_text())
+        pids = [int((data_dir / f"node-{n}" / "broker.pid").read_text()) for n in (1, 2, 3)]
+        proc.kill()
+        proc.wait()
+        assert all(_await_process_gone(pid) for pid in pids), \
+            f"a JVM of {pids} outlived its killed parent"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        stderr_file.close()
+
+
+def test_cluster_node_failing_at_start_is_named_with_its_log() -> None:
+    cluster = DevCluster(3)
+    cluster.nodes[2].heap = "1"  # -Xmx1: that node's JVM refuses to start
+    try:
+        with pytest.raises(DevBrokerError, match="node 2 of the Kafka cluster exited during "
+                                                 "startup") as info:
+            cluster.start()
+        message = str(info.value)
+        assert str(cluster.nodes[2].log_path) in message
+        assert "Too small maximum heap" in message
+        assert "\n" not in message
+        assert not any(node.is_running() for node in cluster.nodes.values())
+        assert cluster.nodes[2].log_path.is_file()  # the temporary data dir is kept for it
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.data_dir, ignore_errors=True)
+
+
+def test_cluster_rejects_a_bad_node_count_and_node_id() -> None:
+    with pytest.raises(DevBrokerError, match="1 to 5 nodes"):
+        DevCluster(0)
+    cluster = DevCluster(1)
+    try:
+        with pytest.raises(DevBrokerError, match="no node 4"):
+            cluster.kill(4)
+    finally:
+        cluster.stop()
+    assert not cluster.data_dir.exists()
 
 
 def test_cli_kill_9_leaves_no_orphan_jvm(tmp_path: Path) -> None:
