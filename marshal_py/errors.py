@@ -27,6 +27,9 @@ class CoordinationLogLostError(CoordinationTopicError):
     """The coordination topic went back under a running member (deleted and recreated, or
     truncated): everything the member knew of the world is void, and it stops."""
 
+    ADVICE = ("so every claim and offset known from it is void. Stop every member using it, "
+              "restore the topic (or accept that the groups start over), then start them again")
+
 
 class DevBrokerError(MarshalError):
     """The development broker could not be set up, started or stopped."""

@@ -52,6 +52,12 @@ class CoordinationLog(Protocol):
         that :meth:`fetch` did not return hold no record."""
         ...
 
+    def verify_identity(self) -> None:
+        """Raise :class:`~marshal_py.errors.CoordinationLogLostError` when the topic is no
+        longer the one this log opened (deleted, or deleted and recreated under the same
+        name). May check only from time to time and stays silent while it cannot tell."""
+        ...
+
     def close(self) -> None:
         """Release connections. Safe to call twice."""
         ...

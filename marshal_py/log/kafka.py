@@ -27,6 +27,7 @@ from kafka.errors import (
 from marshal_py.errors import (
     BrokerUnavailableError,
     ConfigurationError,
+    CoordinationLogLostError,
     CoordinationTopicError,
     MarshalError,
 )
@@ -108,6 +109,19 @@ class KafkaLogConfig:
         }
 
 
+IDENTITY_CHECK_S = 2.0
+"""How often (seconds, at most) a KafkaLog asks whether its topic was recreated."""
+
+_NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"
+
+
+def _topic_id(described: dict[str, Any]) -> str | None:
+    """The topic id in a describe_topics entry (None from a broker without topic ids)."""
+    value = described.get("topic_id")
+    text = str(value) if value is not None else None
+    return None if text in (None, "", _NO_TOPIC_ID) else text
+
+
 @contextmanager
 def _kafka_errors(config: KafkaLogConfig, action: str, operation: str = "read") -> Iterator[None]:
     """Turn kafka-python's errors into one-line marshal_py errors (``operation``: what an
@@ -143,6 +157,10 @@ class KafkaLog:
         self._consumer: KafkaConsumer | None = None
         #: The coordination topic's retention.ms as the broker reports it (-1: forever).
         self.retention_ms: int | None = None
+        #: The topic id (KIP-516) of the topic opened: a recreated one has another.
+        self.topic_id: str | None = None
+        self._identity_checked_at = time.monotonic()
+        self._missing_once = False
         try:
             self._admin = KafkaAdminClient(**config.client_config(KafkaAdminClient))
             self._partition_count = self._ensure_topic()
@@ -174,7 +192,9 @@ class KafkaLog:
     def _ensure_topic(self) -> int:
         assert self._admin is not None
         described = self._describe()
+        created = False
         if described is None:
+            created = True
             if not self.config.create_topic:
                 raise CoordinationTopicError(
                     f"coordination topic {self.config.topic!r} does not exist on "
@@ -193,7 +213,8 @@ class KafkaLog:
                     f"created {self.config.topic!r} but the brokers did not describe it within "
                     f"{self.config.timeout_s:g} s; try again"
                 )
-        self._check_timestamp_type()
+        self._check_timestamp_type(created=created)
+        self.topic_id = _topic_id(described)
         return len(described["partitions"])
 
     def _create_topic(self) -> None:
@@ -211,6 +232,13 @@ class KafkaLog:
             "creating coordination topic %s (%d partitions, replication %d)",
             self.config.topic, self.config.partitions, rf,
         )
+        if self.config.replication_factor is None and 1 < rf < 3:
+            # A cluster that is still starting may list fewer brokers than it will have.
+            log.warning(
+                "only %d brokers are registered, so %s gets replication %d: losing one broker "
+                "then stops coordination (min.insync.replicas %d); create it with `marshal init "
+                "--replication-factor 3` once the cluster is up to survive a broker loss",
+                brokers, self.config.topic, rf, min(2, rf))
         try:
             self._admin.create_topics(
                 {
@@ -231,16 +259,24 @@ class KafkaLog:
                 f"could not create coordination topic {self.config.topic!r}: {exc}"
             ) from exc
 
-    def _check_timestamp_type(self) -> None:
+    def _check_timestamp_type(self, created: bool = False) -> None:
+        """Refuse a CreateTime topic; note its retention. ``created``: this client has just
+        created it, and the broker answering may not know it yet (in a cluster)."""
         assert self._admin is not None
         resource = ConfigResource(
             ConfigResourceType.TOPIC, self.config.topic,
             configs=["message.timestamp.type", "retention.ms"],
         )
         # "all": an authorized answer holds both settings even at their defaults, so an empty
-        # one means DESCRIBE_CONFIGS was refused (kafka-python drops the error code).
-        described = self._admin.describe_configs([resource], config_filter="all")
-        entry = described.get("topic", {}).get(self.config.topic, {})
+        # one means DESCRIBE_CONFIGS was refused (kafka-python drops the error code) -- or,
+        # right after creating the topic, that the broker asked has not learnt of it yet.
+        deadline = time.monotonic() + (self.config.timeout_s if created else 0.0)
+        while True:
+            described = self._admin.describe_configs([resource], config_filter="all")
+            entry = described.get("topic", {}).get(self.config.topic, {})
+            if entry or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
         if not entry and not self.config.allow_create_time:
             raise not_authorized(self.config, "describe_configs")
         retention = entry.get("retention.ms", {}).get("value")
@@ -260,6 +296,35 @@ class KafkaLog:
             )
 
     # -- the log contract ------------------------------------------------------------------
+
+    def verify_identity(self) -> None:
+        """Every :data:`IDENTITY_CHECK_S` at most, ask the brokers for the topic's id: another
+        id than at open means it was deleted and recreated; missing on two checks in a row,
+        that it was deleted. Silent while the brokers cannot be asked."""
+        now = time.monotonic()
+        if self._admin is None or self.topic_id is None or \
+                now - self._identity_checked_at < IDENTITY_CHECK_S:
+            return
+        self._identity_checked_at = now
+        try:
+            described = self._describe()
+        except Exception as exc:  # the brokers cannot say now; ask again later
+            log.debug("cannot check the identity of %s: %s", self.config.topic, exc)
+            return
+        if described is None:
+            if self._missing_once:
+                raise CoordinationLogLostError(
+                    f"coordination topic {self.config.topic!r} was deleted under this member, "
+                    f"{CoordinationLogLostError.ADVICE}")
+            self._missing_once = True
+            return
+        self._missing_once = False
+        now_id = _topic_id(described)
+        if now_id is not None and now_id != self.topic_id:
+            raise CoordinationLogLostError(
+                f"coordination topic {self.config.topic!r} was deleted and recreated under "
+                f"this member (topic id {self.topic_id} is now {now_id}), "
+                f"{CoordinationLogLostError.ADVICE}")
 
     @property
     def topic(self) -> str:

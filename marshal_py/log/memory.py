@@ -97,6 +97,9 @@ class MemoryLog:
             found.extend(self._records[partition][first:])
         return found
 
+    def verify_identity(self) -> None:
+        """A MemoryLog is never deleted or recreated under its readers."""
+
     def read_position(self, partition: int) -> int | None:
         """Every position of a MemoryLog holds a record: there is never a gap to skip."""
         return None

@@ -44,16 +44,21 @@ def catch_up(
     log when that record has been deleted) to the end position read at the call.
     ``progress(done, total)`` is called after each fetched batch.
     """
-    targets = {p: log_.end_position(p) for p in partitions}
+    try:
+        targets = {p: log_.end_position(p) for p in partitions}
+    except BrokerUnavailableError:
+        log_.verify_identity()  # a deleted topic fails every read: not a broker away
+        raise
     for p, end in targets.items():
         read = rationalizer.next_position(p)
         if end < read:
             raise CoordinationLogLostError(
                 f"coordination topic {log_.topic!r} went back on partition {p}: it ends at "
                 f"{end}, but {read} records had been read; it was deleted and recreated (or "
-                "truncated), so every claim and offset known from it is void. Stop every "
-                "member using it, restore the topic (or accept that the groups start over), "
-                "then start them again")
+                f"truncated), {CoordinationLogLostError.ADVICE}")
+    # A recreated topic that already holds more records than were read passes the check
+    # above: only its identity tells it apart (asked after the ends, so the broker answers).
+    log_.verify_identity()
     starts = {p: max(rationalizer.next_position(p), log_.start_position(p)) for p in targets}
     pending = {p: s for p, s in starts.items() if s < targets[p]}
     total = sum(targets[p] - s for p, s in pending.items())

@@ -14,9 +14,11 @@ from kafka.admin import NewPartitions
 from marshal_py import CoordinationLogLostError, Marshaler
 from marshal_py.admin.world_view import load_world
 from marshal_py.client.consumer import Consumer
-from marshal_py.log import KafkaLog, KafkaLogConfig
-from marshal_py.protocol import ClaimingPartition, Message, ReleasingPartition
-from marshal_py.world import Outcome
+from marshal_py.errors import BrokerUnavailableError
+from marshal_py.log import KafkaLog, KafkaLogConfig, catch_up
+from marshal_py.log import kafka as kafka_log_module
+from marshal_py.protocol import ClaimingPartition, Message, ReleasingPartition, encode
+from marshal_py.world import Outcome, Rationalizer, RationalizerConfig
 from tests.integration.test_cli_admin import make_topic, wait_for
 
 pytestmark = pytest.mark.integration
@@ -153,3 +155,58 @@ def test_a_recreated_coordination_topic_stops_running_members(
                           on_outcome=note)
     assert not any(isinstance(msg, (ClaimingPartition, ReleasingPartition)) for msg in written)
     assert all(c.owner is None for c in view.rationalizer.claims(group, topic))
+
+
+def _delete_topic(bootstrap: str, topic: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_topics([topic])
+        wait_for(lambda: topic not in admin.list_topics(), f"{topic} to go")
+    finally:
+        admin.close()
+
+
+def test_a_coordination_topic_recreated_and_refilled_past_the_read_position_is_detected(
+        kafka_bootstrap: str, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its ends no longer go back, so only the topic id tells the new topic apart: reading
+    on from the old position would mix two logs (and could show a claim that is gone)."""
+    monkeypatch.setattr(kafka_log_module, "IDENTITY_CHECK_S", 0.0)
+    ctopic = f"__marshal-{unique_name}"
+    config = KafkaLogConfig(bootstrap_servers=kafka_bootstrap, topic=ctopic, partitions=1,
+                            timeout_s=5)
+    with KafkaLog(config) as reader:
+        for i in range(5):
+            reader.append(0, encode(ClaimingPartition(0, f"{i:08x}", "w1", "g", "t", 0)))
+        world = Rationalizer(RationalizerConfig(1, int(HI * 1000)))
+        assert catch_up(reader, world, [0]) == 5
+        first_id = reader.topic_id
+        assert first_id is not None
+        _delete_topic(kafka_bootstrap, ctopic)
+        with KafkaLog(config) as writer:  # recreated, and refilled past position 5
+            for i in range(20):
+                writer.append(0, encode(ClaimingPartition(0, f"{i:08x}", "w2", "g", "t", 0)))
+            assert writer.topic_id not in (None, first_id)
+        with pytest.raises(CoordinationLogLostError, match="deleted and recreated"):
+            catch_up(reader, world, [0])
+        assert world.next_position(0) == 5  # nothing of the new topic was applied
+
+
+def test_a_deleted_coordination_topic_is_told_from_a_broker_away(
+        kafka_bootstrap: str, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kafka_log_module, "IDENTITY_CHECK_S", 0.0)
+    ctopic = f"__marshal-{unique_name}"
+    config = KafkaLogConfig(bootstrap_servers=kafka_bootstrap, topic=ctopic, partitions=1,
+                            timeout_s=3)
+    with KafkaLog(config) as reader:
+        reader.append(0, encode(ClaimingPartition(0, "00000001", "w1", "g", "t", 0)))
+        world = Rationalizer(RationalizerConfig(1, int(HI * 1000)))
+        assert catch_up(reader, world, [0]) == 1
+        _delete_topic(kafka_bootstrap, ctopic)
+        # Missing once may be a moment's metadata lag; missing twice in a row is a deletion.
+        raised: list[type[BaseException]] = []
+        for _ in range(2):
+            with pytest.raises((BrokerUnavailableError, CoordinationLogLostError)) as caught:
+                catch_up(reader, world, [0])
+            raised.append(caught.type)
+        assert raised[-1] is CoordinationLogLostError
+        assert "was deleted under this member" in str(caught.value)
