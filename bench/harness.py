@@ -1,0 +1,97 @@
+"""The context every benchmark suite runs in: one broker, the repetition count, progress.
+
+Every suite of ``python -m bench`` is a module ``bench/suite_<name>.py`` with a function
+``run(ctx: BenchContext) -> SuiteReport``. All suites of one invocation share the broker in
+``ctx.bootstrap`` (a dev broker the entry point started, unless ``--bootstrap-servers`` named
+one), so ours and the anchor always read the same broker and the same data. A suite must:
+
+* measure ours and its anchor(s) in the same run, interleaved, ``ctx.repeat`` times
+  (>= 3 for a real run, 1 with ``--quick``), and report the median, the range and the ratio;
+* keep ``--quick`` under a minute or so: small sizes, no timing asserted (``bin/test`` runs it
+  as a smoke test);
+* bound every wait (:func:`bench.consumer.wait_for`) and raise :class:`BenchError` with one
+  line saying what did not happen;
+* stop every process it started, whatever happens.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from kafka import KafkaAdminClient, KafkaProducer
+
+from bench.consumer import BenchError, load, machine_line, percentile, wait_for
+
+T = TypeVar("T")
+
+__all__ = ["BenchContext", "BenchError", "load", "machine_line", "percentile", "wait_for"]
+
+
+@dataclass
+class BenchContext:
+    """What a suite gets from ``python -m bench``."""
+
+    bootstrap: str
+    """The broker every suite of this run uses."""
+    quick: bool = False
+    """A smoke run: small sizes, one repetition, nothing timed for real."""
+    repeat: int = 3
+    """Repetitions of every figure (the median is reported)."""
+    machine: str = field(default_factory=machine_line)
+    """One line naming the machine, the Python, Kafka and client versions."""
+    command: str = "python -m bench"
+    """How this run was started (quoted in the reports)."""
+
+    def say(self, message: str) -> None:
+        """Progress on stderr (long runs must show they are alive)."""
+        print(f"bench: {message}", file=sys.stderr, flush=True)
+
+    def tag(self) -> str:
+        """A fresh suffix for topic and group names."""
+        return uuid.uuid4().hex[:8]
+
+    def admin(self) -> KafkaAdminClient:
+        return KafkaAdminClient(bootstrap_servers=self.bootstrap, client_id="bench-admin")
+
+    def create_topic(self, name: str, partitions: int) -> str:
+        """Create ``name`` (replication 1 on the dev broker) and wait for its metadata."""
+        admin = self.admin()
+        try:
+            admin.create_topics({name: {"num_partitions": partitions, "replication_factor": 1}},
+                                wait_for_metadata=True)
+        finally:
+            admin.close()
+        return name
+
+    def produce(self, topic: str, records: int, partitions: int, size: int = 100,
+                key: Callable[[int], bytes | None] = lambda i: None) -> None:
+        """Write ``records`` values of ``size`` bytes round-robin over ``partitions``
+        (record i to partition i % partitions, key ``key(i)``), acknowledged by all."""
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap, acks="all",
+                                 linger_ms=20, batch_size=256 * 1024,
+                                 compression_type=None)
+        started = time.monotonic()
+        try:
+            payload = b"x" * size
+            for i in range(records):
+                producer.send(topic, value=payload, key=key(i), partition=i % partitions)
+                if i and i % 200_000 == 0:
+                    self.say(f"produced {i:,}/{records:,} records to {topic}")
+            producer.flush(timeout=300)
+        finally:
+            producer.close()
+        self.say(f"produced {records:,} records to {topic} in "
+                 f"{time.monotonic() - started:.1f} s")
+
+    def repeated(self, what: str, measure: Callable[[int], T]) -> list[T]:
+        """Call ``measure(i)`` for i in 0..repeat-1, with progress."""
+        results = []
+        for i in range(self.repeat):
+            self.say(f"{what}: repetition {i + 1}/{self.repeat}")
+            results.append(measure(i))
+        return results
