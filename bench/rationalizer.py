@@ -17,10 +17,16 @@ import statistics
 import time
 
 from marshal_py.protocol import (
+    AcknowledgingRecords,
+    AcquiringRecords,
     ClaimingMessages,
     ClaimingPartition,
     Heartbeat,
+    InitializingSharePartition,
+    MemberHeartbeat,
+    Message,
     ReleasingPartition,
+    RenewingLocks,
     coordination_partition,
     encode,
 )
@@ -58,6 +64,64 @@ def build_log(records: int, partitions: int, seed: int = 7) -> list[Coordination
         value = encode(message) if message is not None else b"\x00garbage"  # type: ignore[arg-type]
         log.append(CoordinationRecord(cp, len(log), now, value))
     return log
+
+
+SHARE_BLOCK = 100
+SHARE_LOCK_MS = 3_600_000
+
+
+def build_share_log(partitions: int, inflight: int, steady: int, seed: int = 7
+                    ) -> tuple[list[CoordinationRecord], list[CoordinationRecord]]:
+    """The log of one share group (8 members) on a topic of ``partitions`` partitions, in two
+    parts: ``fill`` initializes every share-partition and acquires ``inflight`` records of
+    each (blocks of 100, locks of one hour, so they stay in flight), and ``steady`` is
+    ``steady`` records of the traffic that keeps them there: per record, at a random
+    partition, accept the oldest block and acquire the next (SPSO and SPEO both move by 100),
+    or renew the locks of a block in flight (15 %), or a member heartbeat (5 %). ``steady``
+    may come out one record longer (a pair is never split)."""
+    if inflight < SHARE_BLOCK or inflight % SHARE_BLOCK:
+        raise ValueError(f"inflight must be a multiple of {SHARE_BLOCK}")
+    rng = random.Random(seed)
+    topic, group = "events", "team.share"
+    cp = coordination_partition(topic, COORD)
+    members = [(f"{i:08x}", f"worker-{i}") for i in range(8)]
+    log: list[CoordinationRecord] = []
+    now = 1_700_000_000_000
+
+    def add(message: Message) -> None:
+        log.append(CoordinationRecord(cp, len(log), now, encode(message)))
+
+    def block(b: int) -> str:
+        return f"{b * SHARE_BLOCK}-{b * SHARE_BLOCK + SHARE_BLOCK - 1}"
+
+    blocks = inflight // SHARE_BLOCK
+    for p in range(partitions):
+        add(InitializingSharePartition(now // 1000, *members[0], group, topic, p, 0, 5,
+                                       inflight))
+        for b in range(blocks):
+            add(AcquiringRecords(now // 1000, *members[b % 8], group, topic, p, block(b),
+                                 SHARE_LOCK_MS))
+        now += 1
+    fill = len(log)
+    first = [0] * partitions  # the oldest block in flight, per partition
+    while len(log) < fill + steady:
+        now += rng.randint(0, 2)
+        roll = rng.random()
+        p = rng.randrange(partitions)
+        if roll < 0.05:
+            add(MemberHeartbeat(now // 1000, *rng.choice(members), group, topic, 1, -1))
+        elif roll < 0.20:
+            b = rng.randrange(first[p], first[p] + blocks)
+            add(RenewingLocks(now // 1000, *members[b % 8], group, topic, p, block(b),
+                              SHARE_LOCK_MS))
+        else:
+            b = first[p]
+            add(AcknowledgingRecords(now // 1000, *members[b % 8], group, topic, p, block(b),
+                                     "accept"))
+            add(AcquiringRecords(now // 1000, *members[(b + blocks) % 8], group, topic, p,
+                                 block(b + blocks), SHARE_LOCK_MS))
+            first[p] += 1
+    return log[:fill], log[fill:]  # one more when the last pair crossed ``steady``
 
 
 def run(records: int, partitions: int, repeat: int) -> dict[str, float]:

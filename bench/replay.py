@@ -29,7 +29,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from kafka import KafkaAdminClient, KafkaProducer
@@ -51,12 +51,13 @@ def say(message: str) -> None:
     print(f"  {message}", file=sys.stderr, flush=True)
 
 
-def traffic(count: int, topic: str, start_round: int = 0) -> Iterator[bytes]:
-    """``count`` coordination records of the three groups, round after round."""
+def traffic(count: int, topic: str, start_round: int = 0,
+            groups: Sequence[str] = GROUPS) -> Iterator[bytes]:
+    """``count`` coordination records of ``groups`` (default the three), round after round."""
     sent = 0
     round_ = start_round
     while True:
-        for group in GROUPS:
+        for group in groups:
             for m in range(MEMBERS):
                 instance, client = f"{group[-4:]}{m:04x}", f"{group}-worker-{m}"
                 mine = range(m * PARTITIONS // MEMBERS, (m + 1) * PARTITIONS // MEMBERS)
@@ -75,15 +76,15 @@ def traffic(count: int, topic: str, start_round: int = 0) -> Iterator[bytes]:
         round_ += 1
 
 
-def produce(bootstrap: str, coordination_topic: str, values: Iterator[bytes], count: int
-            ) -> float:
+def produce(bootstrap: str, coordination_topic: str, values: Iterator[bytes], count: int,
+            progress: Callable[[str], None] = say) -> float:
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=20,
                              batch_size=256 * 1024)
     started = time.monotonic()
     for i, value in enumerate(values, 1):
         producer.send(coordination_topic, value, partition=0)
         if i % 100_000 == 0:
-            say(f"produced {i:,} records")
+            progress(f"produced {i:,} records")
     producer.flush()
     producer.close()
     return time.monotonic() - started
@@ -119,6 +120,36 @@ def join(bootstrap: str, coordination_topic: str, group: str, topic: str,
     return Join(group, seconds, replayed)
 
 
+@dataclass
+class ReplayResult:
+    coordination_topic: str
+    records: int  # in the coordination partition before the first joins
+    without: list[Join]  # one join per group, no checkpoint yet (replays the whole window)
+    with_checkpoints: list[Join]  # one join per group, from its newest checkpoint
+
+
+def measure(bootstrap: str, records: int, after: int, groups: Sequence[str] = GROUPS,
+            progress: Callable[[str], None] = say) -> ReplayResult:
+    """Fill a fresh one-partition coordination topic with ``records`` records of ``groups``,
+    join each group (no checkpoint yet), add ``after`` records, join each group again."""
+    suffix = uuid.uuid4().hex[:8]
+    coordination_topic, topic = f"__marshal_bench_{suffix}", f"orders-{suffix}"
+    KafkaLog(KafkaLogConfig(bootstrap, coordination_topic, partitions=1)).close()
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
+    finally:
+        admin.close()
+    seconds = produce(bootstrap, coordination_topic, traffic(records, topic, groups=groups),
+                      records, progress)
+    progress(f"produced {records:,} records in {seconds:.1f} s")
+    without = [join(bootstrap, coordination_topic, g, topic, True) for g in groups]
+    produce(bootstrap, coordination_topic,
+            traffic(after, topic, start_round=10**6, groups=groups), after, progress)
+    with_checkpoints = [join(bootstrap, coordination_topic, g, topic, False) for g in groups]
+    return ReplayResult(coordination_topic, records, without, with_checkpoints)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -132,20 +163,8 @@ def main() -> None:
     print(f"machine: {platform.machine()}, Python {platform.python_version()}, "
           f"Kafka {KAFKA_VERSION}")
     with broker(args.bootstrap_servers) as bootstrap:
-        suffix = uuid.uuid4().hex[:8]
-        coordination_topic, topic = f"__marshal_bench_{suffix}", f"orders-{suffix}"
-        KafkaLog(KafkaLogConfig(bootstrap, coordination_topic, partitions=1)).close()
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
-        admin.close()
-        seconds = produce(bootstrap, coordination_topic, traffic(args.records, topic),
-                          args.records)
-        say(f"produced {args.records:,} records in {seconds:.1f} s")
-        without = [join(bootstrap, coordination_topic, g, topic, True) for g in GROUPS]
-        produce(bootstrap, coordination_topic, traffic(args.after, topic, start_round=10**6),
-                args.after)
-        with_checkpoints = [join(bootstrap, coordination_topic, g, topic, False)
-                            for g in GROUPS]
+        result = measure(bootstrap, args.records, args.after)
+        without, with_checkpoints = result.without, result.with_checkpoints
     print(f"consumer start-up (Marshaler.consumer) on a coordination partition of "
           f"{args.records:,} records, median of {len(GROUPS)} groups:")
     for label, joins in (("without checkpoints", without),
