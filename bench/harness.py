@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from kafka import KafkaAdminClient, KafkaProducer
 
-from bench.consumer import BenchError, load, machine_line, percentile, wait_for
+from bench.consumer import BenchError, create_topic, load, machine_line, percentile, wait_for
 
 T = TypeVar("T")
 
@@ -62,8 +62,7 @@ class BenchContext:
         """Create ``name`` (replication 1 on the dev broker) and wait for its metadata."""
         admin = self.admin()
         try:
-            admin.create_topics({name: {"num_partitions": partitions, "replication_factor": 1}},
-                                wait_for_metadata=True)
+            create_topic(admin, name, partitions)
         finally:
             admin.close()
         return name

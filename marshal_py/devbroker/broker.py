@@ -124,6 +124,20 @@ def _check_port_free(port: int, what: str) -> None:
         )
 
 
+def await_ready(brokers: list[DevBroker], deadline: float, timeout: float) -> None:
+    """Wait until every launched broker answers, checking all of them in turn so that one
+    exiting fails at once (naming it, quoting its log) rather than after the timeout."""
+    pending = list(brokers)
+    while True:
+        pending = [b for b in pending if not b._ready_step()]
+        if not pending:
+            return
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise pending[0]._not_ready_error(timeout)
+        pending[0]._wait_for_exit(min(0.25, remaining))
+
+
 class DevBroker:
     """A single-node Kafka broker for development and tests, listening on 127.0.0.1.
 
@@ -479,11 +493,7 @@ class DevBroker:
             self._pid_path.write_text(f"{self._proc.pid}\n", encoding="ascii")
 
     def _await_ready(self, deadline: float, timeout: float) -> None:
-        while not self._ready_step():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise self._not_ready_error(timeout)
-            self._wait_for_exit(min(0.25, remaining))
+        await_ready([self], deadline, timeout)
 
     def _ready_step(self) -> bool:
         """One readiness check of the launched JVM: True once it answers, False while it

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from marshal_py.devbroker.broker import HOST, DevBroker, find_java, new_cluster_id
+from marshal_py.devbroker.broker import HOST, DevBroker, await_ready, find_java, new_cluster_id
 from marshal_py.devbroker.jars import resolve_kafka_jars
 from marshal_py.errors import DevBrokerError
 from marshal_py.jvm import free_port
@@ -235,7 +235,7 @@ class DevCluster:
             for node, (java, lib, properties) in zip(stopped, prepared, strict=True):
                 node.ready_brokers = len(self.nodes)
                 node._launch(java, lib, properties)  # on this thread: the JVM dies with it
-            self._await_nodes(list(self.nodes.values()), deadline, timeout)
+            await_ready(list(self.nodes.values()), deadline, timeout)
         except DevBrokerError:
             self._keep_for_inspection = True
             self.stop()
@@ -248,25 +248,6 @@ class DevCluster:
                 node.ready_brokers = 1
         log.info("Kafka cluster of %d nodes ready on %s", len(self.nodes), self.bootstrap_servers)
         return self
-
-    @staticmethod
-    def _await_nodes(pending: list[ClusterNode], deadline: float, timeout: float) -> None:
-        """Wait until every launched node answers, checking all of them in turn so that one
-        exiting fails the start at once (naming it) rather than after the timeout."""
-        while True:
-            for node in list(pending):
-                try:
-                    if node._ready_step():
-                        pending.remove(node)
-                except DevBrokerError:
-                    node._keep_for_inspection = True
-                    raise
-            if not pending:
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise pending[0]._not_ready_error(timeout)
-            pending[0]._wait_for_exit(min(0.25, remaining))
 
     def kill(self, node_id: int) -> None:
         """SIGKILL one node (a crash); its data directory and ports are kept."""

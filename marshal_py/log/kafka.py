@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
@@ -109,6 +109,8 @@ class KafkaLogConfig:
         }
 
 
+T = TypeVar("T")
+
 IDENTITY_CHECK_S = 2.0
 """How often (seconds, at most) a KafkaLog asks whether its topic was recreated."""
 
@@ -120,6 +122,17 @@ def _topic_id(described: dict[str, Any]) -> str | None:
     value = described.get("topic_id")
     text = str(value) if value is not None else None
     return None if text in (None, "", _NO_TOPIC_ID) else text
+
+
+def _retry_until(probe: Callable[[], T], timeout_s: float, interval_s: float = 0.1) -> T:
+    """Call ``probe`` until it returns something truthy or ``timeout_s`` has passed (at
+    least once); return its last answer."""
+    deadline = time.monotonic() + timeout_s
+    answer = probe()
+    while not answer and time.monotonic() < deadline:
+        time.sleep(interval_s)
+        answer = probe()
+    return answer
 
 
 @contextmanager
@@ -203,11 +216,7 @@ class KafkaLog:
                 )
             self._create_topic()
             # In a cluster the new topic's metadata reaches every broker a moment later.
-            deadline = time.monotonic() + self.config.timeout_s
-            described = self._describe()
-            while described is None and time.monotonic() < deadline:
-                time.sleep(0.1)
-                described = self._describe()
+            described = _retry_until(self._describe, self.config.timeout_s)
             if described is None:
                 raise CoordinationTopicError(
                     f"created {self.config.topic!r} but the brokers did not describe it within "
@@ -270,13 +279,13 @@ class KafkaLog:
         # "all": an authorized answer holds both settings even at their defaults, so an empty
         # one means DESCRIBE_CONFIGS was refused (kafka-python drops the error code) -- or,
         # right after creating the topic, that the broker asked has not learnt of it yet.
-        deadline = time.monotonic() + (self.config.timeout_s if created else 0.0)
-        while True:
-            described = self._admin.describe_configs([resource], config_filter="all")
-            entry = described.get("topic", {}).get(self.config.topic, {})
-            if entry or time.monotonic() >= deadline:
-                break
-            time.sleep(0.1)
+        admin = self._admin
+
+        def entry_now() -> dict[str, Any]:
+            described = admin.describe_configs([resource], config_filter="all")
+            return dict(described.get("topic", {}).get(self.config.topic, {}))
+
+        entry = _retry_until(entry_now, self.config.timeout_s if created else 0.0) or {}
         if not entry and not self.config.allow_create_time:
             raise not_authorized(self.config, "describe_configs")
         retention = entry.get("retention.ms", {}).get("value")
