@@ -38,7 +38,8 @@ def catch_up(
     """Apply every record up to the log's current end on ``partitions``; return how many.
 
     Raises :class:`~marshal_py.errors.CoordinationLogLostError` when a partition now ends
-    before what was already read (the topic was recreated or truncated).
+    before what was already read, or the log's :meth:`verify_identity` finds another topic
+    under the name (the topic was deleted, recreated or truncated).
 
     Reads from each partition's :meth:`Rationalizer.next_position` (or the start of the
     log when that record has been deleted) to the end position read at the call.
