@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import random
 import signal
 import statistics
 import sys
@@ -40,7 +41,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -56,6 +57,14 @@ PROGRESS_S = 0.2
 
 
 # -- the worker: one key-shared member in its own process -------------------------------------
+
+
+def random_work(seed: int, records: int, max_ms: float) -> list[float]:
+    """Seconds of simulated work for offsets 0..records-1: uniform in [0, max_ms] ms, drawn
+    from ``random.Random(seed)`` in offset order, so every process (and any anchor) that is
+    given the same seed does the same work for the same record."""
+    rng = random.Random(seed)
+    return [rng.uniform(0.0, max_ms) / 1000 for _ in range(records)]
 
 
 def _say(**message: Any) -> None:
@@ -93,9 +102,19 @@ def worker_main() -> None:
         threading.Thread(target=watch_stdin, daemon=True).start()
         threading.Thread(target=report, daemon=True).start()
         work_s = order["work_ms"] / 1000
+        # Optional extras (the key-shared suite): random work per record, seeded by the run so
+        # it is a function of the offset, and a per-key trace of (offset, start ms).
+        extra = (random_work(order["work_seed"], order["work_records"], order["work_max_ms"])
+                 if order.get("work_max_ms") else [])
+        trace: dict[str, list[list[float]]] | None = {} if order.get("trace") else None
         for record in consumer:
-            if work_s:
-                time.sleep(work_s)
+            if trace is not None:
+                key = record.key.decode() if record.key is not None else ""
+                trace.setdefault(key, []).append([record.offset,
+                                                  round(time.time() * 1000, 2)])
+            pause = work_s + (extra[record.offset] if record.offset < len(extra) else 0.0)
+            if pause:
+                time.sleep(pause)
             offsets.append(record.offset)
             last_ms = time.time() * 1000
             if first_ms is None:
@@ -105,7 +124,8 @@ def worker_main() -> None:
         _say(done=True, offsets=format_ranges(ranges_of(offsets)) if offsets else "",
              delivered=len(offsets), first_ms=first_ms, last_ms=last_ms,
              fetched=stats.records_fetched, fetched_bytes=stats.bytes_fetched,
-             delivered_bytes=stats.bytes_delivered)
+             delivered_bytes=stats.bytes_delivered,
+             **({"trace": trace} if trace is not None else {}))
 
 
 class Worker(WorkerProcess):
@@ -148,17 +168,27 @@ class Run:
     fetched_bytes: list[int]
     delivered_bytes: list[int]
     duplicates: int
+    traces: list[dict[str, list[list[float]]]] = field(default_factory=list)
+    """Per member, key -> [[offset, start ms], ...] in processing order (``trace=True``)."""
 
     def rate(self, records: int) -> float:
         return records / self.seconds
 
 
 def run_once(bootstrap: str, topic: str, members: int, records: int, work_ms: float,
-             hi_s: float) -> Run:
+             hi_s: float, work_max_ms: float = 0.0, work_seed: int = 0,
+             trace: bool = False) -> Run:
+    """One run of ``members`` fresh worker processes over ``topic``; each record costs
+    ``work_ms`` plus, with ``work_max_ms``, :func:`random_work` of ``work_seed`` for its
+    offset. ``trace`` asks every worker for its per-key (offset, start ms) trace."""
     tag = uuid.uuid4().hex[:8]
-    base = {"bootstrap": bootstrap, "group": f"bench.key_shared.{tag}",
-            "coordination_topic": f"__marshal_bench_ks_{tag}", "topic": topic,
-            "work_ms": work_ms, "heartbeat_interval": hi_s}
+    base: dict[str, Any] = {"bootstrap": bootstrap, "group": f"bench.key_shared.{tag}",
+                            "coordination_topic": f"__marshal_bench_ks_{tag}", "topic": topic,
+                            "work_ms": work_ms, "heartbeat_interval": hi_s}
+    if work_max_ms:
+        base.update(work_max_ms=work_max_ms, work_seed=work_seed, work_records=records)
+    if trace:
+        base["trace"] = True
     orders = [{**base, "client_id": f"member-{k}"} for k in range(members)]
     # The first member creates the coordination topic; the others wait for it.
     with workers(orders[:1]) as first:
@@ -170,7 +200,7 @@ def run_once(bootstrap: str, topic: str, members: int, records: int, work_ms: fl
             go_ms = time.time() * 1000
             for worker in everyone:
                 worker.send("go")
-            timeout_s = 60 + records * work_ms / 1000 * 2
+            timeout_s = 60 + records * (work_ms + work_max_ms / 2) / 1000 * 2
 
             def done() -> bool:
                 for worker in everyone:
@@ -199,7 +229,8 @@ def run_once(bootstrap: str, topic: str, members: int, records: int, work_ms: fl
                fetched_per_member=[s["fetched"] for s in summaries],
                fetched_bytes=[s["fetched_bytes"] for s in summaries],
                delivered_bytes=[s["delivered_bytes"] for s in summaries],
-               duplicates=delivered - len(seen))
+               duplicates=delivered - len(seen),
+               traces=[s.get("trace", {}) for s in summaries])
 
 
 def produce(bootstrap: str, admin: KafkaAdminClient, producer: KafkaProducer, records: int,
