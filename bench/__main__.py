@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from bench.harness import BenchContext, BenchError
+from bench.harness import BROKER_PROPERTIES, BenchContext, BenchError
 from bench.report import write
 from marshal_py.errors import MarshalError
 
@@ -47,11 +47,21 @@ def _broker(bootstrap: str | None, ctx_say: BenchContext) -> Iterator[str]:
     if bootstrap is not None:
         yield bootstrap
         return
+    ctx_say.say("starting a dev broker")
+    with _bench_broker()() as broker:
+        yield broker.bootstrap_servers
+
+
+def _bench_broker() -> type:
+    """The dev broker with :data:`bench.harness.BROKER_PROPERTIES` added."""
     from marshal_py.devbroker import DevBroker
 
-    ctx_say.say("starting a dev broker")
-    with DevBroker() as broker:
-        yield broker.bootstrap_servers
+    class BenchBroker(DevBroker):
+        def _server_properties(self) -> str:
+            extra = "".join(f"{k}={v}\n" for k, v in BROKER_PROPERTIES.items())
+            return super()._server_properties() + extra
+
+    return BenchBroker
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:

@@ -29,7 +29,18 @@ from bench.consumer import BenchError, create_topic, load, machine_line, percent
 
 T = TypeVar("T")
 
-__all__ = ["BenchContext", "BenchError", "load", "machine_line", "percentile", "wait_for"]
+__all__ = ["BROKER_PROPERTIES", "BenchContext", "BenchError", "load", "machine_line",
+           "percentile", "wait_for"]
+
+#: What the benchmark broker adds to the dev broker's ``server.properties``. Broker defaults
+#: everywhere else; only the KIP-848 (``group.protocol=consumer``) lower bounds are lowered to
+#: the classic protocol's (``group.min.session.timeout.ms`` 6 s, heartbeat 1 s), so the
+#: failover suite can measure a KIP-848 group at its defaults (session 45 s, heartbeat 5 s,
+#: unchanged) and, through per-group configs, at the same 6 s minimum as a classic group.
+BROKER_PROPERTIES: dict[str, str] = {
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "1000",
+}
 
 
 @dataclass
