@@ -18,19 +18,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class CliProcess:
-    """Runs ``python -m marshal_py.cli <args>``; subclasses handle its output lines.
+    """Runs ``python -m marshal_py.cli <args>`` (or another ``module``); subclasses handle its
+    output lines.
 
     ``on_stdout(raw, at)`` gets every stdout line (bytes) with the monotonic time it was read;
     ``on_stderr(line)`` every stderr line. The last stderr lines are kept for error messages.
     The child gets SIGKILL if the benchmark dies.
     """
 
-    def __init__(self, name: str, args: list[str]) -> None:
+    def __init__(self, name: str, args: list[str], module: str = "marshal_py.cli") -> None:
         self.name = name
         self.killed = False
         self._stderr: deque[str] = deque(maxlen=20)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "marshal_py.cli", *args], cwd=ROOT,
+            [sys.executable, "-m", module, *args], cwd=ROOT,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=die_with_parent(os.getpid()),
         )

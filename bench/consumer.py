@@ -147,14 +147,15 @@ def crc32c_kind() -> str:
 class Member(CliProcess):
     """One ``marshal consume --print`` process; remembers when each record value was printed."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, client_id: str) -> None:
+    def __init__(self, bootstrap: str, group: str, topic: str, client_id: str,
+                 hi_s: float = HI_S) -> None:
         self.client_id = client_id
         self.joined = threading.Event()
         self._printed: dict[str, float] = {}
         self._lock = threading.Lock()
         super().__init__(client_id, [
             "consume", "--bootstrap-servers", bootstrap, "--group", group, "--topic", topic,
-            "--mode", "alo", "--client-id", client_id, "--heartbeat-interval", str(HI_S),
+            "--mode", "alo", "--client-id", client_id, "--heartbeat-interval", str(hi_s),
             "--offset-reset", "earliest", "--print",
         ])
 
@@ -177,11 +178,12 @@ class Member(CliProcess):
 
 
 @contextlib.contextmanager
-def members(bootstrap: str, group: str, topic: str, count: int) -> Iterator[list[Member]]:
+def members(bootstrap: str, group: str, topic: str, count: int,
+            hi_s: float = HI_S) -> Iterator[list[Member]]:
     started: list[Member] = []
     try:
         for k in range(count):
-            started.append(Member(bootstrap, group, topic, f"member-{k}"))
+            started.append(Member(bootstrap, group, topic, f"member-{k}", hi_s))
         yield started
     finally:
         for member in started:  # every child is stopped (and reaped) whatever happened
@@ -196,11 +198,13 @@ class Observer:
     """Reads who holds which partition of a group, through a Marshaler of another group.
 
     It never opens a consumer, so it writes nothing to ``__marshal`` and is nobody's member.
+    ``hi_s`` must be the observed group's heartbeat interval (claims go stale by it).
     """
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, hi_s: float = HI_S) -> None:
+        self.hi_s = hi_s
         self.marshaler = Marshaler(bootstrap, group_id="bench.observer",
-                                   client_id="bench-observer", heartbeat_interval=HI_S)
+                                   client_id="bench-observer", heartbeat_interval=hi_s)
 
     def claims(self, group: str, topic: str) -> tuple[int, dict[int, Any]]:
         """(broker-clock now, partition -> PartitionClaim) caught up to the log's end."""
@@ -236,10 +240,15 @@ class FailoverRun:
 
 def failover_run(bootstrap: str, admin: KafkaAdminClient, producer: KafkaProducer,
                  observer: Observer, balance_timeout_s: float) -> FailoverRun:
+    """One failover at the observer's heartbeat interval (``observer.hi_s``, the members'
+    too); every wait after the members joined scales with it."""
+    hi_s = observer.hi_s
+    hi_ms = int(hi_s * 1000)
+    scale = max(1.0, hi_s / HI_S)  # the waits below were sized for HI 1 s
     tag = uuid.uuid4().hex[:8]
     topic, group = f"bench-failover-{tag}", f"bench.failover.{tag}"
     create_topic(admin, topic)
-    with members(bootstrap, group, topic, MEMBERS) as procs:
+    with members(bootstrap, group, topic, MEMBERS, hi_s) as procs:
         names = [m.client_id for m in procs]
 
         def check_alive() -> None:
@@ -263,7 +272,7 @@ def failover_run(bootstrap: str, admin: KafkaAdminClient, producer: KafkaProduce
             last = observer.holders(group, topic)
             return last if len(last) == PARTITIONS else None
 
-        wait_for(f"the members to hold all {PARTITIONS} partitions", all_held, 60,
+        wait_for(f"the members to hold all {PARTITIONS} partitions", all_held, 60 * scale,
                  detail=lambda: f"held {len(last)}: {split(last, names)}")
         ideal = "/".join([str(PARTITIONS // MEMBERS)] * MEMBERS)
         with contextlib.suppress(BenchError):  # the ideal split is nice to have, not required
@@ -280,9 +289,10 @@ def failover_run(bootstrap: str, admin: KafkaAdminClient, producer: KafkaProduce
             check_alive()
             return all(any(m.printed_at(v) is not None for m in procs) for v in warm)
 
-        wait_for("the warm-up records to be printed", warmed_up, 30)
+        wait_for("the warm-up records to be printed", warmed_up, 30 * scale)
 
-        holders = wait_for(f"all {PARTITIONS} partitions held before the kill", all_held, 30)
+        holders = wait_for(f"all {PARTITIONS} partitions held before the kill", all_held,
+                           30 * scale)
         counts = {n: sum(1 for h in holders.values() if h == n) for n in names}
         victim = next(m for m in procs if m.client_id == max(names, key=lambda n: counts[n]))
         survivors = [m for m in procs if m is not victim]
@@ -310,11 +320,12 @@ def failover_run(bootstrap: str, admin: KafkaAdminClient, producer: KafkaProduce
         last_beat = max(c.last_heartbeat_ms for c in victim_claims)
         last_seen = observer.marshaler.rationalizer.member_last_seen(group, topic).get(
             victim_claims[0].owner, last_beat)
-        stale_s = (last_beat + 2 * HI_MS + 1 - killed_ms) / 1000
-        expired_s = (last_seen + 2 * HI_MS + 1 - killed_ms) / 1000
+        stale_s = (last_beat + 2 * hi_ms + 1 - killed_ms) / 1000
+        expired_s = (last_seen + 2 * hi_ms + 1 - killed_ms) / 1000
 
         owned_at: float | None = None
-        deadline = killed_at + 30
+        patience_s = 30 * scale
+        deadline = killed_at + patience_s
         while True:
             check_alive()
             if owned_at is None:
@@ -327,7 +338,7 @@ def failover_run(bootstrap: str, admin: KafkaAdminClient, producer: KafkaProduce
                 break
             if time.monotonic() >= deadline:
                 raise BenchError(
-                    f"30 s after kill -9 of {victim.client_id}: survivors own "
+                    f"{patience_s:.0f} s after kill -9 of {victim.client_id}: survivors own "
                     f"{'all' if owned_at else 'not all'} partitions, printed "
                     f"{sum(t is not None for t in printed)}/{len(printed)} markers; "
                     + "; ".join(f"{m.client_id}: {m.stderr_tail()}" for m in survivors))
