@@ -20,7 +20,8 @@ survivors own every partition again. Configurations:
   (``group.min.session.timeout.ms``, read from the broker, 6 s by default) with a heartbeat
   of a third of it. Ownership: the members' own assignments as they print them.
 * **KIP-848 group**: confluent-kafka ``Consumer`` processes with ``group.protocol=consumer``
-  at the broker's defaults (session 45 s, heartbeat 5 s) and at session 6 s / heartbeat 1 s,
+  at the broker's defaults (read from the broker: session 45 s, heartbeat 5 s unless changed)
+  and at session 6 s / heartbeat 1 s,
   set for the group (``consumer.session.timeout.ms``, ``consumer.heartbeat.interval.ms``
   through ``AdminClient.incremental_alter_configs``) before its members start; the bench
   broker lowers the KIP-848 minimums to 6 s / 1 s (``bench.harness.BROKER_PROPERTIES``).
@@ -62,9 +63,13 @@ from bench.report import Measured, Plot, SuiteReport, Table, ratio
 
 CLASSIC_DEFAULT_SESSION_MS = int(KafkaConsumer.DEFAULT_CONFIG["session_timeout_ms"])
 CLASSIC_DEFAULT_HEARTBEAT_MS = int(KafkaConsumer.DEFAULT_CONFIG["heartbeat_interval_ms"])
-BROKER_MIN_SESSION_MS = 6000  # group.min.session.timeout.ms default, when the broker won't say
-KIP848_DEFAULT_SESSION_MS = 45000  # group.consumer.session.timeout.ms default
-KIP848_DEFAULT_HEARTBEAT_MS = 5000  # group.consumer.heartbeat.interval.ms default
+#: The broker settings the configurations depend on, read from the broker (these are Kafka's
+#: defaults, used when it will not say).
+BROKER_SETTINGS = {
+    "group.min.session.timeout.ms": 6000,  # the classic group's floor
+    "group.consumer.session.timeout.ms": 45000,  # KIP-848 defaults
+    "group.consumer.heartbeat.interval.ms": 5000,
+}
 KIP848_FAST = (6000, 1000)  # session, heartbeat set per group
 ANCHOR = "classic-min"
 
@@ -76,8 +81,9 @@ class Config:
     short: str  # plot tick
     kind: str  # "marshal" | "classic" | "kip848"
     hi_s: float = 0.0  # marshal
-    session_ms: int | None = None  # classic: client config; kip848: group config (None: default)
+    session_ms: int | None = None  # classic: client config (None: kafka-python's default)
     heartbeat_ms: int | None = None
+    group_config: bool = False  # kip848: set session_ms / heartbeat_ms for the group
 
     @property
     def detect_s(self) -> float:
@@ -86,7 +92,7 @@ class Config:
             return 3 * self.hi_s
         if self.kind == "classic":
             return (self.session_ms or CLASSIC_DEFAULT_SESSION_MS) / 1000
-        return (self.session_ms or KIP848_DEFAULT_SESSION_MS) / 1000
+        return (self.session_ms or BROKER_SETTINGS["group.consumer.session.timeout.ms"]) / 1000
 
     @property
     def beat_s(self) -> float:
@@ -94,11 +100,15 @@ class Config:
             return self.hi_s
         if self.kind == "classic":
             return (self.heartbeat_ms or CLASSIC_DEFAULT_HEARTBEAT_MS) / 1000
-        return (self.heartbeat_ms or KIP848_DEFAULT_HEARTBEAT_MS) / 1000
+        return (self.heartbeat_ms
+                or BROKER_SETTINGS["group.consumer.heartbeat.interval.ms"]) / 1000
 
 
-def configs(min_session_ms: int) -> list[Config]:
+def configs(broker: dict[str, int]) -> list[Config]:
+    min_session_ms = broker["group.min.session.timeout.ms"]
     classic_hb = min_session_ms // 3
+    kip_session_ms = broker["group.consumer.session.timeout.ms"]
+    kip_heartbeat_ms = broker["group.consumer.heartbeat.interval.ms"]
     return [
         Config("marshal-1", "marshal_py, HI 1 s", "marshal\nHI 1 s", "marshal", hi_s=1.0),
         Config("marshal-3", "marshal_py, HI 3 s", "marshal\nHI 3 s", "marshal", hi_s=3.0),
@@ -115,14 +125,14 @@ def configs(min_session_ms: int) -> list[Config]:
                session_ms=min_session_ms, heartbeat_ms=classic_hb),
         Config("kip848-default",
                f"KIP-848 group (confluent-kafka, broker defaults: session "
-               f"{KIP848_DEFAULT_SESSION_MS / 1000:g} s, heartbeat "
-               f"{KIP848_DEFAULT_HEARTBEAT_MS / 1000:g} s)",
-               f"KIP-848\n{KIP848_DEFAULT_SESSION_MS / 1000:g} s", "kip848"),
+               f"{kip_session_ms / 1000:g} s, heartbeat {kip_heartbeat_ms / 1000:g} s)",
+               f"KIP-848\n{kip_session_ms / 1000:g} s", "kip848",
+               session_ms=kip_session_ms, heartbeat_ms=kip_heartbeat_ms),
         Config("kip848-fast",
                f"KIP-848 group (confluent-kafka, group configs: session "
                f"{KIP848_FAST[0] / 1000:g} s, heartbeat {KIP848_FAST[1] / 1000:g} s)",
                f"KIP-848\n{KIP848_FAST[0] / 1000:g} s", "kip848",
-               session_ms=KIP848_FAST[0], heartbeat_ms=KIP848_FAST[1]),
+               session_ms=KIP848_FAST[0], heartbeat_ms=KIP848_FAST[1], group_config=True),
     ]
 
 
@@ -237,29 +247,32 @@ def set_kip848_group_config(bootstrap: str, group: str, session_ms: int,
     return got
 
 
-def broker_min_session_ms(bootstrap: str) -> int:
-    """The broker's ``group.min.session.timeout.ms`` (the classic group's floor)."""
+def broker_settings(bootstrap: str) -> dict[str, int]:
+    """:data:`BROKER_SETTINGS` as the broker has them (Kafka's defaults where it won't say)."""
     from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
         AdminClient,
         ConfigResource,
         ResourceType,
     )
 
+    settings = dict(BROKER_SETTINGS)
     with contextlib.suppress(Exception):
         admin = AdminClient({"bootstrap.servers": bootstrap})
         broker = next(iter(admin.list_topics(timeout=10).brokers))
         described = admin.describe_configs([ConfigResource(ResourceType.BROKER, str(broker))])
         entries = next(iter(described.values())).result(timeout=30)
-        return int(entries["group.min.session.timeout.ms"].value)
-    return BROKER_MIN_SESSION_MS
+        for name in settings:
+            if name in entries and entries[name].value is not None:
+                settings[name] = int(entries[name].value)
+    return settings
 
 
 def anchor_run(ctx: BenchContext, config: Config, producer: KafkaProducer) -> Run:
     tag = ctx.tag()
     topic, group = f"bench-failover-{tag}", f"bench.failover.{config.key}.{tag}"
     ctx.create_topic(topic, PARTITIONS)
-    if config.kind == "kip848" and config.session_ms is not None:
-        assert config.heartbeat_ms is not None
+    if config.group_config:
+        assert config.session_ms is not None and config.heartbeat_ms is not None
         set_kip848_group_config(ctx.bootstrap, group, config.session_ms, config.heartbeat_ms)
     settle_s = 60 + 6 * config.beat_s
     warm = [f"warm-{tag}-{p}" for p in range(PARTITIONS)]
@@ -382,8 +395,8 @@ class Ours:
 
 
 def run(ctx: BenchContext) -> SuiteReport:
-    min_session_ms = broker_min_session_ms(ctx.bootstrap)
-    every = configs(min_session_ms)
+    broker = broker_settings(ctx.bootstrap)
+    every = configs(broker)
     only = [k for k in os.environ.get("BENCH_FAILOVER_ONLY", "").split(",") if k]
     unknown = set(only) - {c.key for c in every}
     if unknown:
@@ -414,17 +427,17 @@ def run(ctx: BenchContext) -> SuiteReport:
         with contextlib.suppress(Exception):
             producer.close()
     elapsed = time.monotonic() - began
-    return report(ctx, chosen, runs, min_session_ms, elapsed)
+    return report(ctx, chosen, runs, broker, elapsed)
 
 
 def report(ctx: BenchContext, chosen: list[Config], runs: dict[str, list[Run]],
-           min_session_ms: int, elapsed_s: float) -> SuiteReport:
+           broker: dict[str, int], elapsed_s: float) -> SuiteReport:
     def measured(key: str, field: str) -> Measured:
         return Measured([float(getattr(r, field)) for r in runs[key]], "s")
 
     anchor_first = measured(ANCHOR, "first_s").median if ANCHOR in runs else float("nan")
     anchor_last = measured(ANCHOR, "last_s").median if ANCHOR in runs else float("nan")
-    anchor_label = next(c.label for c in configs(min_session_ms) if c.key == ANCHOR)
+    anchor_label = next(c.label for c in configs(broker) if c.key == ANCHOR)
     rows = []
     for c in chosen:
         first, last = measured(c.key, "first_s"), measured(c.key, "last_s")
@@ -448,7 +461,8 @@ def report(ctx: BenchContext, chosen: list[Config], runs: dict[str, list[Run]],
          "(polled every 0.1 s).",
          f"kafka-python {CLASSIC_DEFAULT_SESSION_MS / 1000:g} s / "
          f"{CLASSIC_DEFAULT_HEARTBEAT_MS / 1000:g} s are the installed kafka-python's own "
-         f"defaults; the broker's group.min.session.timeout.ms is {min_session_ms} ms. "
+         "defaults; the broker's group.min.session.timeout.ms is "
+         f"{broker['group.min.session.timeout.ms']} ms. "
          "KIP-848 timeouts are the group's (broker defaults, or per-group configs set "
          "before the members start); the bench broker lowers the KIP-848 minimums to "
          "6 s / 1 s.",
@@ -475,7 +489,9 @@ def report(ctx: BenchContext, chosen: list[Config], runs: dict[str, list[Run]],
     raw: dict[str, Any] = {
         "runs": {k: [asdict(r) for r in v] for k, v in runs.items()},
         "configs": [asdict(c) for c in chosen],
-        "broker_min_session_ms": min_session_ms,
+        "broker_settings": broker,
+        "kafka_python_defaults": {"session_timeout_ms": CLASSIC_DEFAULT_SESSION_MS,
+                                  "heartbeat_interval_ms": CLASSIC_DEFAULT_HEARTBEAT_MS},
         "elapsed_s": elapsed_s,
     }
     return SuiteReport("failover", ctx.command, tables, [plot], raw)
