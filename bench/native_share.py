@@ -9,8 +9,10 @@ Two anchors for :mod:`bench.suite_share`:
   librdkafka's defaults), registers an acknowledgement-commit callback and subscribes to the
   topic; librdkafka starts joining the share group in its background thread at once. On *go*
   it polls (``poll(0.1)``), sleeps ``work_ms`` per record (the simulated work), then
-  ``acknowledge(message, ACCEPT)``; the acknowledgements travel with the next poll. Whenever
-  the broker confirms acknowledgements the callback fires (on the worker's polling thread) and
+  ``acknowledge(message, ACCEPT)``, and after each non-empty batch ``commit_async()`` (sent
+  at once as a ShareAcknowledge; left to the next poll, the confirmation would ride on a
+  ShareFetch the broker may hold up to ``fetch.wait.max.ms``). Whenever the broker confirms
+  acknowledgements the callback fires (on the worker's polling thread) and
   the worker reports the accepted offsets with its wall-clock time; the parent keeps, per
   offset, the first time it was confirmed accepted, and the run ends when every one of the N
   offsets has been: ``seconds`` = that last confirmation minus go (same machine clock). After
@@ -140,7 +142,8 @@ def _consume(consumer: Any, work_ms: float, failures: list[str]) -> dict[str, An
     threading.Thread(target=wait_for_stop, name="stop-reader", daemon=True).start()
     try:
         while not stopping.is_set():
-            for message in consumer.poll(POLL_S):
+            batch = consumer.poll(POLL_S)
+            for message in batch:
                 if message.error() is not None:
                     raise RuntimeError(str(message.error()))
                 if first_at is None:
@@ -151,6 +154,10 @@ def _consume(consumer: Any, work_ms: float, failures: list[str]) -> dict[str, An
                 delivered.append(message.offset())
                 if (message.delivery_count() or 1) > 1:
                     redelivered += 1
+            if len(batch):
+                # Send the acceptances now (ShareAcknowledge) rather than with the next
+                # ShareFetch, whose response the broker may hold up to fetch.wait.max.ms.
+                consumer.commit_async()
         consumer.close()  # sends what is still pending and leaves the group
     except Exception as exc:  # reported to the parent, which fails the run
         error = f"{type(exc).__name__}: {exc}"
@@ -221,7 +228,7 @@ def set_earliest(bootstrap: str, group: str) -> None:
         ResourceType,
     )
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
         ConfigEntry("share.auto.offset.reset", "earliest",
                     incremental_operation=AlterConfigOpType.SET)])

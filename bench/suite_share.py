@@ -1,8 +1,9 @@
 """Suite ``share``: share consumers on one partition against Kafka's native share groups.
 
-Configurations: 1, 2, 4 and 8 members (``--quick``: 1 and 2) on ONE partition, at 0 ms and
-2 ms of simulated work (``time.sleep``) per record, 100-byte records. Per work setting one
-fresh topic holds N records (N = 20,000 at 0 ms and 5,000 at 2 ms; ``--quick``: 500), produced
+Configurations: 1, 2, 4 and 8 members on ONE partition, at 0 ms and 2 ms of simulated work
+(``time.sleep``) per record, 100-byte records (``--quick``: 1 and 2 members at 0 ms, 2 members
+at 2 ms). Per work setting one fresh topic holds N records (N = 50,000 at 0 ms and 5,000 at
+2 ms; ``--quick``: 500), produced
 once; every run uses a fresh group (and, for ours, a fresh coordination topic), so every run
 reads all N from the beginning. Repetitions are interleaved: per repetition, per work
 setting, per member count, ours then native; then, at 0 ms, the perf-test ceiling.
@@ -19,12 +20,13 @@ setting, per member count, ours then native; then, at 0 ms, the perf-test ceilin
 * **Native** (:func:`bench.native_share.run_once`): Kafka's KIP-932 share groups on the same
   broker through confluent-kafka's ``ShareConsumer`` (librdkafka), each member a ``python -m
   bench.native_share --worker`` process, explicit acknowledgement (``ACCEPT`` per record after
-  the work). The group's ``share.auto.offset.reset`` is set to ``earliest`` before its members
-  start. Members are constructed and subscribed before *go* (librdkafka starts joining then,
-  in its background thread; go follows as soon as all are subscribed, so joining is inside the
-  measured time too). The clock stops when the broker has confirmed the acceptance of the
-  last of the N offsets (the acknowledgement-commit callback, reported with the worker's
-  wall-clock time).
+  the work, ``commit_async()`` after each batch). The group's ``share.auto.offset.reset`` is
+  set to ``earliest`` before its members start. Members are constructed and subscribed
+  before *go* (librdkafka starts joining then, in its background thread; go follows as soon
+  as all are subscribed, so joining is inside the measured time too: about 5 s, one share
+  group heartbeat interval at the broker's default). The clock stops when the broker has
+  confirmed the acceptance of the last of the N offsets (the acknowledgement-commit
+  callback, reported with the worker's wall-clock time).
 * **Ceiling** (0 ms only): Kafka's own ``kafka-share-consumer-perf-test``
   (:func:`bench.native_share.perf_test`, Java, 1, 2, 4, 8 ``--threads`` in one JVM;
   ``--quick``: 1), implicit acknowledgement, N records, a fresh group set to earliest. Its
@@ -40,10 +42,10 @@ duplicates are deliveries minus distinct offsets (redeliveries included).
 On 2 cores 8 members plus the broker (and this process) are CPU-bound: those figures measure
 the machine as much as the protocols.
 
-Time (2 cores, estimated from the quick run and the earlier ``bench.share`` figures): one
-repetition is about 4 minutes (ours ~1.3 min, native ~2 min: each native run pays the share
-group's ~5 s join, perf test ~0.6 min); ``--repeat 3`` about 12 to 15 minutes with the broker and
-producing. ``--quick``: about 40 s.
+Time (2 cores, estimated from single full-size native and perf-test runs and the earlier
+``bench.share`` figures): one repetition is about 4 minutes (ours at 0 ms ~1.2 min and at 2 ms
+~0.6 min; native ~1.5 min, each run paying the share group's ~5 s join; perf test ~0.8 min);
+``--repeat 3`` about 13 to 15 minutes with the broker and producing. ``--quick``: about 40 s.
 """
 
 from __future__ import annotations
@@ -61,16 +63,20 @@ HI_S = share.HI_S
 
 @dataclass(frozen=True)
 class Sizes:
-    members: tuple[int, ...]
-    works_ms: tuple[float, ...]
+    members: dict[float, tuple[int, ...]]  # member counts per work setting (ms per record)
     records: dict[float, int]  # N per work setting
     perf_threads: tuple[int, ...]
+
+    @property
+    def works_ms(self) -> tuple[float, ...]:
+        return tuple(self.members)
 
     @classmethod
     def of(cls, quick: bool) -> Sizes:
         if quick:
-            return cls((1, 2), (0.0, 2.0), {0.0: 500, 2.0: 500}, (1,))
-        return cls((1, 2, 4, 8), (0.0, 2.0), {0.0: 20_000, 2.0: 5_000}, (1, 2, 4, 8))
+            return cls({0.0: (1, 2), 2.0: (2,)}, {0.0: 500, 2.0: 500}, (1,))
+        return cls({0.0: (1, 2, 4, 8), 2.0: (1, 2, 4, 8)}, {0.0: 50_000, 2.0: 5_000},
+                   (1, 2, 4, 8))
 
 
 @dataclass
@@ -82,6 +88,7 @@ class Cell:
     to_first_s: list[float]
     duplicates: list[int]
     per_1000: list[float]
+    split: str = ""  # records per member in the last repetition
 
     @classmethod
     def empty(cls) -> Cell:
@@ -101,12 +108,12 @@ def run(ctx: BenchContext) -> SuiteReport:
     native: dict[tuple[float, int], Cell] = {}
     perf: dict[int, Cell] = {t: Cell.empty() for t in sizes.perf_threads}
     raw: dict[str, list[dict[str, Any]]] = {"ours": [], "native": [], "perf_test": []}
-    most = max(sizes.members)
+    most = max(max(counts) for counts in sizes.members.values())
     with share.worker_pool(most) as our_workers, native_share.worker_pool(most) as workers:
         for i in range(repeat):
             for work in sizes.works_ms:
                 records, topic = sizes.records[work], topics[work]
-                for members in sizes.members:
+                for members in sizes.members[work]:
                     key = (work, members)
                     ctx.say(f"repetition {i + 1}/{repeat}: {members} member(s), {work:g} ms, "
                             f"{records:,} records: ours")
@@ -118,6 +125,7 @@ def run(ctx: BenchContext) -> SuiteReport:
                     cell.to_first_s.append(mine.to_first_acquire_s)
                     cell.duplicates.append(mine.duplicates)
                     cell.per_1000.append(mine.per_1000(records))
+                    cell.split = "/".join(str(n) for n in mine.per_member)
                     raw["ours"].append({"repetition": i, "work_ms": work, "members": members,
                                         "records": records, **asdict(mine)})
                     ctx.say(f"  ours {mine.rate(records):,.0f} records/s "
@@ -133,6 +141,7 @@ def run(ctx: BenchContext) -> SuiteReport:
                     cell.steady.append(theirs.steady_rate(records))
                     cell.to_first_s.append(theirs.to_first_s)
                     cell.duplicates.append(theirs.duplicates)
+                    cell.split = "/".join(str(n) for n in theirs.per_member)
                     raw["native"].append({"repetition": i, "work_ms": work, "members": members,
                                           "records": records, **asdict(theirs)})
                     ctx.say(f"  native {theirs.rate(records):,.0f} records/s "
@@ -162,8 +171,9 @@ def _report(ctx: BenchContext, sizes: Sizes, ours: dict[tuple[float, int], Cell]
     tables, plots = [], []
     for work in sizes.works_ms:
         records = sizes.records[work]
+        counts = sizes.members[work]
         rows = []
-        for members in sizes.members:
+        for members in counts:
             a, b = ours[(work, members)], native[(work, members)]
             rows.append([
                 str(members),
@@ -173,16 +183,16 @@ def _report(ctx: BenchContext, sizes: Sizes, ours: dict[tuple[float, int], Cell]
                 ratio(statistics.median(a.steady), statistics.median(b.steady)),
                 f"{statistics.median(a.to_first_s):.2f} / {statistics.median(b.to_first_s):.2f}",
                 str(sum(a.duplicates)), str(sum(b.duplicates)),
-                Measured(a.per_1000).cell(1),
+                Measured(a.per_1000).cell(1), f"{a.split} / {b.split}",
             ])
         notes = [
             f"{records:,} records of 100 bytes on one partition, {work:g} ms of work per record; "
-            f"median (range) of {len(ours[(work, sizes.members[0])].rate)} repetition(s). "
+            f"median (range) of {len(ours[(work, counts[0])].rate)} repetition(s). "
             "*From go*: N / (go to the N-th acceptance), joining included; *after joining*: "
             "from the first record handed out. Ours: marshal_py share mode (HI 1 s, batch "
             "100, explicit accept); native: Kafka share groups through confluent-kafka "
-            "ShareConsumer (explicit ACCEPT, librdkafka defaults). Duplicates: summed over "
-            "the repetitions.",
+            "ShareConsumer (explicit ACCEPT, commit_async per batch, librdkafka defaults). "
+            "Duplicates: summed over the repetitions.",
         ]
         if work == 0.0:
             for threads in sizes.perf_threads:
@@ -190,13 +200,13 @@ def _report(ctx: BenchContext, sizes: Sizes, ours: dict[tuple[float, int], Cell]
                 rows.append([
                     f"{threads} (perf test)", "—", Measured(cell.rate).cell(), "—", "—",
                     Measured(cell.steady).cell() if cell.steady else "—", "—", "—", "—", "—",
-                    "—",
+                    "—", "—",
                 ])
             notes.append("*perf test*: Kafka's kafka-share-consumer-perf-test (Java "
                          "KafkaShareConsumer, --threads in one JVM, implicit acknowledgement): "
                          "its own figure, subscribe to the N-th record *received* (a ceiling, "
                          "not the same measurement), and after its first record.")
-        if max(sizes.members) >= 8:
+        if max(counts) >= 8:
             notes.append("On 2 cores, 8 members plus the broker are CPU-bound: those rows "
                          "measure the machine as much as the protocols.")
         tables.append(Table(
@@ -205,25 +215,25 @@ def _report(ctx: BenchContext, sizes: Sizes, ours: dict[tuple[float, int], Cell]
             ["members", "ours records/s (from go)", "native records/s (from go)",
              "ours/native", "ours after joining", "native after joining", "ours/native",
              "to first record s (ours / native)", "ours duplicates", "native duplicates",
-             "ours coordination records / 1,000"],
+             "ours coordination records / 1,000", "records per member, last run (ours / native)"],
             rows, notes))
         series: dict[str, list[float | None]] = {
-            "ours, from go": [statistics.median(ours[(work, m)].rate) for m in sizes.members],
+            "ours, from go": [statistics.median(ours[(work, m)].rate) for m in counts],
             "ours, after joining": [statistics.median(ours[(work, m)].steady)
-                                    for m in sizes.members],
+                                    for m in counts],
             "native (confluent-kafka), from go": [statistics.median(native[(work, m)].rate)
-                                                  for m in sizes.members],
+                                                  for m in counts],
             "native (confluent-kafka), after joining": [
-                statistics.median(native[(work, m)].steady) for m in sizes.members],
+                statistics.median(native[(work, m)].steady) for m in counts],
         }
         if work == 0.0:
             series["perf test (Java, threads), from subscribe"] = [
                 statistics.median(perf[m].rate) if m in perf and perf[m].rate else None
-                for m in sizes.members]
+                for m in counts]
             series["perf test (Java, threads), after first record"] = [
                 statistics.median(perf[m].steady) if m in perf and perf[m].steady else None
-                for m in sizes.members]
+                for m in counts]
         plots.append(Plot(f"Share mode, one partition, {work:g} ms per record",
-                          "line", "members", "records/s", list(sizes.members), series,
+                          "line", "members", "records/s", list(counts), series,
                           log_y=True))
     return SuiteReport("share", ctx.command, tables, plots, raw)
