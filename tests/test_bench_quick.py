@@ -1,0 +1,61 @@
+"""The benchmark harness runs end to end: ``python -m bench --quick`` (a smoke test).
+
+Every suite runs at its smallest size against one dev broker, ours and every anchor once.
+No timing is asserted here: the figures live in BENCHMARKS.md, measured full-size on a quiet
+machine. What is asserted is that each suite measured something for every reader it names and
+wrote its JSON, Markdown and plots.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import SUITES
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK_RESULTS = ROOT / "bench" / "results" / "quick"
+QUICK_PLOTS = ROOT / "docs" / "bench" / "quick"
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_every_suite_runs_quick_against_one_broker() -> None:
+    for stale in [*QUICK_RESULTS.glob("*"), *QUICK_PLOTS.glob("*")]:
+        stale.unlink()
+    result = subprocess.run([sys.executable, "-m", "bench", "--quick"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=880)
+    assert result.returncode == 0, result.stderr[-4000:]
+    for suite in SUITES:
+        data = json.loads((QUICK_RESULTS / f"{suite}.json").read_text())
+        assert data["quick"] is True
+        assert data["tables"], f"{suite}: no table"
+        for table in data["tables"]:
+            assert table["rows"], f"{suite}: table {table['title']!r} has no rows"
+            for row in table["rows"]:
+                measured = [cell for cell in row[1:] if any(c.isdigit() for c in cell)]
+                assert measured, f"{suite}: {table['title']!r} row {row} holds no figure"
+        assert (QUICK_RESULTS / f"{suite}.md").read_text().startswith(f"### {suite}")
+        for i in range(len(data["plots"])):
+            png = QUICK_PLOTS / f"{suite}-{i + 1}.png"
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+        assert f"### {suite}" in result.stdout
+
+
+def test_an_unknown_suite_is_one_line_and_exit_2() -> None:
+    result = subprocess.run([sys.executable, "-m", "bench", "no-such-suite"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "unknown suite 'no-such-suite'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_list_names_every_suite() -> None:
+    result = subprocess.run([sys.executable, "-m", "bench", "--list"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    assert [line.split()[0] for line in result.stdout.splitlines()] == list(SUITES)
