@@ -300,7 +300,8 @@ def share_worker(partitions: int, inflight: int, steady: int, repeat: int) -> di
 def run_share_worker(ctx: BenchContext, partitions: int, inflight: int, steady: int
                      ) -> dict[str, object]:
     ctx.say(f"rationalizer: {partitions:,} share-partitions x {inflight:,} in flight")
-    timeout = 120 + partitions * inflight / 20_000
+    # fill (~20,000 in-flight records/s at worst) plus the steady chunks (>= 500 records/s)
+    timeout = 120 + partitions * inflight / 20_000 + steady * ctx.repeat / 500
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.suite_growth", "--share-worker", str(partitions),
          str(inflight), str(steady), str(ctx.repeat)], cwd=ROOT, stdout=subprocess.PIPE,

@@ -11,6 +11,7 @@ Archived, with a delivery count. Time is the broker timestamp of the record bein
 from __future__ import annotations
 
 import enum
+import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -87,6 +88,11 @@ class SharePartition:
         self.delivery_limit = delivery_limit
         self.inflight_limit = inflight_limit
         self._records: dict[int, _Record] = {}
+        #: Lock deadlines as a min-heap of (expiry, first, last): one entry per range acquired
+        #: or renewed at once, so :meth:`expire` costs nothing until a lock is due, however
+        #: many records are in flight. Entries go stale (the records were acknowledged,
+        #: released or renewed since); :meth:`expire` checks each against the record.
+        self._locks: list[tuple[int, int, int]] = []
         #: Offsets archived because they reached the delivery limit, for dead-lettering.
         self.exhausted: list[int] = []
 
@@ -96,16 +102,29 @@ class SharePartition:
         """Start over at ``start_offset``: in-flight state and delivery counts are discarded."""
         self.spso = self.speo = start_offset
         self._records.clear()
+        self._locks.clear()
 
     def expire(self, now_ms: int) -> tuple[OffsetRange, ...]:
-        """Locks that elapsed by ``now_ms`` end their delivery attempt; return them."""
-        expired = [o for o, r in self._records.items()
-                   if r.state is RecordState.ACQUIRED and r.lock_expiry_ms is not None
-                   and r.lock_expiry_ms <= now_ms]
+        """Locks that elapsed by ``now_ms`` end their delivery attempt (in offset order);
+        return them."""
+        locks = self._locks
+        due: set[int] = set()
+        while locks and locks[0][0] <= now_ms:
+            expiry, first, last = heapq.heappop(locks)
+            for offset in range(first, last + 1):
+                record = self._records.get(offset)
+                if (record is not None and record.state is RecordState.ACQUIRED
+                        and record.lock_expiry_ms == expiry):
+                    due.add(offset)
+        expired = sorted(due)
         for offset in expired:
             self._end_attempt(offset, self._records[offset])
         self._advance()
         return ranges_of(expired)
+
+    def _lock(self, offsets: list[int], expiry_ms: int) -> None:
+        for first, last in ranges_of(offsets):
+            heapq.heappush(self._locks, (expiry_ms, first, last))
 
     def acquire(self, owner: Owner, ranges: Iterable[OffsetRange], lock_ms: int,
                 now_ms: int) -> ShareResult:
@@ -121,6 +140,7 @@ class SharePartition:
             self._records[offset] = _Record(RecordState.ACQUIRED, count, owner, now_ms + lock_ms)
             self.speo = max(self.speo, offset + 1)
             granted.append(offset)
+        self._lock(granted, now_ms + lock_ms)
         return ShareResult(ranges_of(granted), ignored)
 
     def acknowledge(self, owner: Owner, ranges: Iterable[OffsetRange], kind: str,
@@ -157,6 +177,7 @@ class SharePartition:
                 continue
             record.lock_expiry_ms = now_ms + lock_ms
             renewed.append(offset)
+        self._lock(renewed, now_ms + lock_ms)
         return ShareResult(ranges_of(renewed), ignored)
 
     def _held(self, owner: Owner, offset: int, now_ms: int) -> _Record | None:
@@ -199,9 +220,14 @@ class SharePartition:
         """A share-partition in exactly the state :meth:`stored_records` described."""
         share = cls(spso, delivery_limit, inflight_limit)
         share.speo = speo
+        locked: dict[int, list[int]] = {}
         for r in records:
             share._records[r.offset] = _Record(r.state, r.delivery_count, r.holder,
                                                r.lock_expiry_ms)
+            if r.state is RecordState.ACQUIRED and r.lock_expiry_ms is not None:
+                locked.setdefault(r.lock_expiry_ms, []).append(r.offset)
+        for expiry_ms, offsets in sorted(locked.items()):
+            share._lock(offsets, expiry_ms)
         return share
 
     # -- views -------------------------------------------------------------------------------
