@@ -40,14 +40,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
 from bench.consumer import BenchError, load, machine_line, median_range, table, wait_for
-from bench.worker_process import WorkerProcess
+from bench.worker_process import WorkerProcess, worker_pool
 from marshal_py.devbroker import DevBroker
 from marshal_py.protocol import format_ranges, parse_ranges, ranges_of
 
@@ -144,16 +143,9 @@ class Worker(WorkerProcess):
         return False
 
 
-@contextlib.contextmanager
-def workers(orders: list[dict[str, Any]]) -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    try:
-        for order in orders:
-            started.append(Worker(order["client_id"], order))
-        yield started
-    finally:
-        for worker in started:
-            worker.stop()
+def workers(orders: list[dict[str, Any]]) -> contextlib.AbstractContextManager[list[Worker]]:
+    """One worker process per order, stopped on exit."""
+    return worker_pool(lambda k: Worker(orders[k]["client_id"], orders[k]), len(orders))
 
 
 # -- a run ------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -53,6 +53,7 @@ from typing import Any
 
 from bench.consumer import BenchError, wait_for
 from bench.worker_process import WorkerProcess
+from bench.worker_process import worker_pool as started_workers
 from marshal_py.protocol import format_ranges, parse_ranges, ranges_of
 
 TOOLS_POM = Path(__file__).with_name("kafka-tools-pom.xml")
@@ -199,20 +200,9 @@ class NativeWorker(WorkerProcess):
         return taken
 
 
-@contextlib.contextmanager
-def worker_pool(count: int) -> Iterator[list[NativeWorker]]:
-    started: list[NativeWorker] = []
-    try:
-        for k in range(count):
-            started.append(NativeWorker(f"native-{k}"))
-        yield started
-    finally:
-        for worker in started:  # every child is stopped (and reaped) whatever happened
-            try:
-                worker.stop()
-            except BaseException:
-                worker.proc.kill()
-                raise
+def worker_pool(count: int) -> contextlib.AbstractContextManager[list[NativeWorker]]:
+    """``count`` native share worker processes, stopped on exit."""
+    return started_workers(lambda k: NativeWorker(f"native-{k}"), count)
 
 
 # -- the group config ------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,7 @@ from bench.consumer import (
     wait_for,
 )
 from bench.worker_process import WorkerProcess
+from bench.worker_process import worker_pool as started_workers
 from marshal_py.devbroker import DevBroker
 from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
 from marshal_py.protocol import coordination_partition, format_ranges, parse_ranges, ranges_of
@@ -201,20 +202,9 @@ class Worker(WorkerProcess):
         super().__init__(name, "bench.share")
 
 
-@contextlib.contextmanager
-def worker_pool(count: int) -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    try:
-        for k in range(count):
-            started.append(Worker(f"share-{k}"))
-        yield started
-    finally:
-        for worker in started:  # every child is stopped (and reaped) whatever happened
-            try:
-                worker.stop()
-            except BaseException:
-                worker.proc.kill()
-                raise
+def worker_pool(count: int) -> contextlib.AbstractContextManager[list[Worker]]:
+    """``count`` share worker processes, stopped on exit."""
+    return started_workers(lambda k: Worker(f"share-{k}"), count)
 
 
 # -- the observer: replays the run's coordination partition ---------------------------------------

@@ -44,7 +44,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,7 @@ from typing import Any
 from bench.harness import BenchContext, BenchError, wait_for
 from bench.report import Measured, Plot, SuiteReport, Table, ratio
 from bench.worker_process import WorkerProcess
+from bench.worker_process import worker_pool as started_workers
 
 PARTITIONS = 12
 HI_S = 1.0
@@ -210,15 +210,8 @@ class Worker(WorkerProcess):
         return False
 
 
-@contextlib.contextmanager
-def _workers(count: int) -> Iterator[list[Worker]]:
-    workers: list[Worker] = []
-    try:
-        workers.extend(Worker(f"reader-{k}") for k in range(count))
-        yield workers
-    finally:
-        for worker in workers:
-            worker.stop()
+def _workers(count: int) -> contextlib.AbstractContextManager[list[Worker]]:
+    return started_workers(lambda k: Worker(f"reader-{k}"), count)
 
 
 @dataclass

@@ -15,7 +15,8 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from bench.cli_process import ROOT
 from bench.consumer import BenchError
@@ -120,3 +121,23 @@ class WorkerProcess:
                     self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
+
+
+W = TypeVar("W", bound=WorkerProcess)
+
+
+@contextlib.contextmanager
+def worker_pool(make: Callable[[int], W], count: int) -> Iterator[list[W]]:
+    """Start ``count`` workers (``make(k)`` for k = 0, 1, ...); stop and reap every one on exit."""
+    started: list[W] = []
+    try:
+        for k in range(count):
+            started.append(make(k))
+        yield started
+    finally:
+        for worker in started:  # every child is stopped (and reaped) whatever happened
+            try:
+                worker.stop()
+            except BaseException:
+                worker.proc.kill()
+                raise
