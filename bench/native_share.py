@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import subprocess
 import sys
 import threading
@@ -52,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.consumer import BenchError, wait_for
-from bench.worker_process import WorkerProcess
+from bench.worker_process import WorkerProcess, prepare_orders, say
 from bench.worker_process import worker_pool as started_workers
 from marshal_py.protocol import format_ranges, parse_ranges, ranges_of
 
@@ -65,11 +64,6 @@ GROUP_PREFIX = "bench.native-share"
 # -- the worker: one native share-group member in its own process --------------------------------
 
 
-def _say(**message: Any) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-
 def worker_main() -> None:
     """Serve runs until "exit" or end of input. Protocol: JSON lines on stdin / stdout.
 
@@ -80,17 +74,7 @@ def worker_main() -> None:
     """
     from confluent_kafka import ShareConsumer
 
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    for line in sys.stdin:
-        line = line.strip()
-        if not line:
-            continue
-        if line == "exit":
-            return
-        order = json.loads(line)
-        if order.get("cmd") != "prepare":
-            _say(error=f"unexpected command {line!r}")
-            continue
+    for order in prepare_orders():
         failures: list[str] = []
 
         def confirmed(offsets: dict[Any, set[int]], exc: Exception | None,
@@ -100,7 +84,7 @@ def worker_main() -> None:
                 failures.append(f"{len(accepted)} acknowledgements failed: {exc}")
                 return
             if accepted:
-                _say(acked=format_ranges(ranges_of(accepted)), at=time.time())
+                say(acked=format_ranges(ranges_of(accepted)), at=time.time())
 
         try:
             consumer = ShareConsumer({
@@ -111,15 +95,15 @@ def worker_main() -> None:
             consumer.set_acknowledgement_commit_callback(confirmed)
             consumer.subscribe([order["topic"]])
         except Exception as exc:
-            _say(error=f"ShareConsumer: {exc}")
+            say(error=f"ShareConsumer: {exc}")
             continue
         try:
-            _say(ready=True)
+            say(ready=True)
             go = sys.stdin.readline().strip()
             if go != "go":
-                _say(error=f"expected go, got {go!r}")
+                say(error=f"expected go, got {go!r}")
                 continue
-            _say(done=True, **_consume(consumer, order["work_ms"], failures))
+            say(done=True, **_consume(consumer, order["work_ms"], failures))
         finally:
             with contextlib.suppress(Exception):
                 consumer.close()

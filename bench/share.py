@@ -75,7 +75,7 @@ from bench.consumer import (
     table,
     wait_for,
 )
-from bench.worker_process import WorkerProcess
+from bench.worker_process import WorkerProcess, prepare_orders, say
 from bench.worker_process import worker_pool as started_workers
 from marshal_py.devbroker import DevBroker
 from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
@@ -93,11 +93,6 @@ GROUP_PREFIX = "bench.share"
 # -- the worker: one share-group member in its own process ---------------------------------------
 
 
-def _say(**message: Any) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-
 def worker_main() -> None:
     """Serve runs until "exit" or end of input. Protocol: JSON lines on stdin / stdout.
 
@@ -107,32 +102,22 @@ def worker_main() -> None:
     """
     from marshal_py import Marshaler
 
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    for line in sys.stdin:
-        line = line.strip()
-        if not line:
-            continue
-        if line == "exit":
-            return
-        order = json.loads(line)
-        if order.get("cmd") != "prepare":
-            _say(error=f"unexpected command {line!r}")
-            continue
+    for order in prepare_orders():
         try:
             marshaler = Marshaler(order["bootstrap"], group_id=order["group"],
                                   client_id=order["client_id"],
                                   heartbeat_interval=order["heartbeat_interval"],
                                   coordination_topic=order["coordination_topic"])
         except Exception as exc:
-            _say(error=f"Marshaler: {exc}")
+            say(error=f"Marshaler: {exc}")
             continue
         try:
-            _say(ready=True)
+            say(ready=True)
             go = sys.stdin.readline().strip()
             if go != "go":
-                _say(error=f"expected go, got {go!r}")
+                say(error=f"expected go, got {go!r}")
                 continue
-            _say(done=True, **_consume(marshaler, order["topic"], order["work_ms"]))
+            say(done=True, **_consume(marshaler, order["topic"], order["work_ms"]))
         finally:
             marshaler.close()
 

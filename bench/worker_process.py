@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -141,3 +142,31 @@ def worker_pool(make: Callable[[int], W], count: int) -> Iterator[list[W]]:
             except BaseException:
                 worker.proc.kill()
                 raise
+
+
+# -- the worker's side of the protocol ----------------------------------------------------------
+
+
+def say(**message: Any) -> None:
+    """Send one JSON message to the driving process (the worker's stdout)."""
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def prepare_orders() -> Iterator[dict[str, Any]]:
+    """The ``{"cmd": "prepare", ...}`` orders read from stdin until ``exit`` or end of input.
+
+    Exits with 128 + signal on SIGTERM; any other line is answered with an error message.
+    """
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        if line == "exit":
+            return
+        order = json.loads(line)
+        if order.get("cmd") != "prepare":
+            say(error=f"unexpected command {line!r}")
+            continue
+        yield order
