@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.consumer import BenchError, wait_for
-from bench.worker_process import WorkerProcess, prepare_orders, say
+from bench.worker_process import WorkerProcess, offsets_handed_out, prepare_orders, say
 from bench.worker_process import worker_pool as started_workers
 from marshal_py.protocol import format_ranges, parse_ranges, ranges_of
 
@@ -277,18 +277,8 @@ def run_once(bootstrap: str, workers: Sequence[NativeWorker], consumers: int, to
         for worker in members:
             worker.send("stop")
     summaries = [worker.receive("done", 60) for worker in members]
-    errors = [f"{m.name}: {s['error']}" for m, s in zip(members, summaries, strict=True)
-              if s.get("error")]
-    if errors:
-        raise BenchError("; ".join(errors))
-    seen: set[int] = set()
-    for summary in summaries:
-        for first, last in (parse_ranges(summary["offsets"]) if summary["offsets"] else ()):
-            seen.update(range(first, last + 1))
-    missing = records - len(seen & set(range(records)))
-    if missing:
-        raise BenchError(f"all {records:,} offsets were accepted but {missing:,} were never "
-                         "handed out to a member")
+    seen = offsets_handed_out([m.name for m in members], summaries, records,
+                              f"all {records:,} offsets were accepted")
     delivered = sum(s["delivered"] for s in summaries)
     firsts = [s["first_at"] for s in summaries if s["first_at"] is not None]
     return NativeRun(

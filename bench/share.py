@@ -75,11 +75,11 @@ from bench.consumer import (
     table,
     wait_for,
 )
-from bench.worker_process import WorkerProcess, prepare_orders, say
+from bench.worker_process import WorkerProcess, offsets_handed_out, prepare_orders, say
 from bench.worker_process import worker_pool as started_workers
 from marshal_py.devbroker import DevBroker
 from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
-from marshal_py.protocol import coordination_partition, format_ranges, parse_ranges, ranges_of
+from marshal_py.protocol import coordination_partition, format_ranges, ranges_of
 from marshal_py.world import Rationalizer, RationalizerConfig
 from marshal_py.world.rationalizer import Outcome
 
@@ -392,18 +392,8 @@ def run_once(bootstrap: str, workers: Sequence[Worker], consumers: int, topic: s
                 member.stop()
         observer.close()
     assert observer.done_ms is not None and observer.done_position is not None
-    errors = [f"{m.name}: {s['error']}" for m, s in zip(members, summaries, strict=True)
-              if s.get("error")]
-    if errors:
-        raise BenchError("; ".join(errors))
-    seen: set[int] = set()
-    for summary in summaries:
-        for first, last in (parse_ranges(summary["offsets"]) if summary["offsets"] else ()):
-            seen.update(range(first, last + 1))
-    missing = records - len(seen & set(range(records)))
-    if missing:
-        raise BenchError(f"the SPSO reached {records:,} but {missing:,} offsets were never "
-                         "handed out to any member")
+    seen = offsets_handed_out([m.name for m in members], summaries, records,
+                              f"the SPSO reached {records:,}")
     delivered = sum(s["delivered"] for s in summaries)
     written = observer.done_position + 1 - before
     assert observer.first_acquired_ms is not None

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from bench.cli_process import ROOT
 from bench.consumer import BenchError
 from marshal_py.jvm import die_with_parent
+from marshal_py.protocol import parse_ranges
 
 
 class WorkerProcess:
@@ -170,3 +171,24 @@ def prepare_orders() -> Iterator[dict[str, Any]]:
             say(error=f"unexpected command {line!r}")
             continue
         yield order
+
+
+def offsets_handed_out(names: list[str], summaries: list[dict[str, Any]], records: int,
+                       done: str) -> set[int]:
+    """The offsets the workers' summaries say they were handed (``"offsets"``: ranges).
+
+    Raises :class:`BenchError` if a summary carries an error, or if an offset below
+    ``records`` was handed to no worker although ``done`` (what marked the run finished).
+    """
+    errors = [f"{name}: {s['error']}" for name, s in zip(names, summaries, strict=True)
+              if s.get("error")]
+    if errors:
+        raise BenchError("; ".join(errors))
+    seen: set[int] = set()
+    for summary in summaries:
+        for first, last in (parse_ranges(summary["offsets"]) if summary["offsets"] else ()):
+            seen.update(range(first, last + 1))
+    missing = records - len(seen & set(range(records)))
+    if missing:
+        raise BenchError(f"{done} but {missing:,} offsets were never handed out to a worker")
+    return seen
