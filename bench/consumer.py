@@ -47,7 +47,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -177,21 +177,12 @@ class Member(CliProcess):
             return self._printed.get(value)
 
 
-@contextlib.contextmanager
 def members(bootstrap: str, group: str, topic: str, count: int,
-            hi_s: float = HI_S) -> Iterator[list[Member]]:
-    started: list[Member] = []
-    try:
-        for k in range(count):
-            started.append(Member(bootstrap, group, topic, f"member-{k}", hi_s))
-        yield started
-    finally:
-        for member in started:  # every child is stopped (and reaped) whatever happened
-            try:
-                member.stop()
-            except BaseException:
-                member.proc.kill()
-                raise
+            hi_s: float = HI_S) -> contextlib.AbstractContextManager[list[Member]]:
+    """``count`` ``marshal consume --print`` members of ``group``, stopped on exit."""
+    from bench.worker_process import worker_pool  # bench.worker_process imports this module
+
+    return worker_pool(lambda k: Member(bootstrap, group, topic, f"member-{k}", hi_s), count)
 
 
 class Observer:

@@ -51,7 +51,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.consumer import BenchError, wait_for
-from bench.worker_process import WorkerProcess, offsets_handed_out, prepare_orders, say
+from bench.worker_process import (
+    WorkerProcess,
+    offsets_handed_out,
+    prepare_orders,
+    ready_then_go,
+    say,
+)
 from bench.worker_process import worker_pool as started_workers
 from marshal_py.protocol import format_ranges, parse_ranges, ranges_of
 
@@ -98,10 +104,7 @@ def worker_main() -> None:
             say(error=f"ShareConsumer: {exc}")
             continue
         try:
-            say(ready=True)
-            go = sys.stdin.readline().strip()
-            if go != "go":
-                say(error=f"expected go, got {go!r}")
+            if not ready_then_go():
                 continue
             say(done=True, **_consume(consumer, order["work_ms"], failures))
         finally:

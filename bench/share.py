@@ -75,7 +75,13 @@ from bench.consumer import (
     table,
     wait_for,
 )
-from bench.worker_process import WorkerProcess, offsets_handed_out, prepare_orders, say
+from bench.worker_process import (
+    WorkerProcess,
+    offsets_handed_out,
+    prepare_orders,
+    ready_then_go,
+    say,
+)
 from bench.worker_process import worker_pool as started_workers
 from marshal_py.devbroker import DevBroker
 from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
@@ -112,10 +118,7 @@ def worker_main() -> None:
             say(error=f"Marshaler: {exc}")
             continue
         try:
-            say(ready=True)
-            go = sys.stdin.readline().strip()
-            if go != "go":
-                say(error=f"expected go, got {go!r}")
+            if not ready_then_go():
                 continue
             say(done=True, **_consume(marshaler, order["topic"], order["work_ms"]))
         finally:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from bench.cli_process import ROOT
 from bench.consumer import BenchError
@@ -125,7 +125,15 @@ class WorkerProcess:
             self.proc.wait(timeout=10)
 
 
-W = TypeVar("W", bound=WorkerProcess)
+class ChildProcess(Protocol):
+    """A benchmark's child process: its ``Popen`` and a polite ``stop``."""
+
+    proc: subprocess.Popen[Any]
+
+    def stop(self) -> None: ...
+
+
+W = TypeVar("W", bound=ChildProcess)
 
 
 @contextlib.contextmanager
@@ -171,6 +179,16 @@ def prepare_orders() -> Iterator[dict[str, Any]]:
             say(error=f"unexpected command {line!r}")
             continue
         yield order
+
+
+def ready_then_go() -> bool:
+    """Tell the driver this worker is ready and wait for ``go`` (False: something else came)."""
+    say(ready=True)
+    go = sys.stdin.readline().strip()
+    if go != "go":
+        say(error=f"expected go, got {go!r}")
+        return False
+    return True
 
 
 def offsets_handed_out(names: list[str], summaries: list[dict[str, Any]], records: int,
