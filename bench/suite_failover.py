@@ -50,7 +50,6 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -60,6 +59,7 @@ from bench.cli_process import CliProcess
 from bench.consumer import MEMBERS, PARTITIONS, POLL_S, Observer, failover_run, split
 from bench.harness import BenchContext, BenchError, wait_for
 from bench.report import Measured, Plot, SuiteReport, Table, ratio
+from bench.worker_process import worker_pool
 
 CLASSIC_DEFAULT_SESSION_MS = int(KafkaConsumer.DEFAULT_CONFIG["session_timeout_ms"])
 CLASSIC_DEFAULT_HEARTBEAT_MS = int(KafkaConsumer.DEFAULT_CONFIG["heartbeat_interval_ms"])
@@ -196,21 +196,11 @@ class GroupMember(CliProcess):
             return self._printed.get(value)
 
 
-@contextlib.contextmanager
 def group_members(config: Config, bootstrap: str, group: str,
-                  topic: str) -> Iterator[list[GroupMember]]:
-    started: list[GroupMember] = []
-    try:
-        for k in range(MEMBERS):
-            started.append(GroupMember(config, bootstrap, group, topic, f"member-{k}"))
-        yield started
-    finally:
-        for member in started:
-            try:
-                member.stop()
-            except BaseException:
-                member.proc.kill()
-                raise
+                  topic: str) -> contextlib.AbstractContextManager[list[GroupMember]]:
+    """The Kafka group's members, one process each, stopped on exit."""
+    return worker_pool(lambda k: GroupMember(config, bootstrap, group, topic, f"member-{k}"),
+                       MEMBERS)
 
 
 def set_kip848_group_config(bootstrap: str, group: str, session_ms: int,
