@@ -424,7 +424,8 @@ def run(ctx: BenchContext) -> SuiteReport:
          "ticks include applying about 1/M of the records (the engines share one "
          "rationalizer), which the apply part counts again: at most 1/M too much.",
          "Zero network latency: no two members' claims ever overlap in time, so no claim "
-         "is lost to a race; on a real broker a claim takes about 16 ms (p50) to read back."])
+         "is lost to a race; on a real broker a claim takes tens of ms to read back "
+         "(the coordination suite measures it)."])
 
     # 2. the rationalizer with share-partitions
     share = {p: run_share_worker(ctx, p, inflight, steady) for p in share_sizes}
