@@ -357,3 +357,17 @@ def test_range_map_matches_a_per_offset_count(updates: list[tuple[int, int]]) ->
     got = {o: s.acquisitions for first, last, s in ranges.runs()
            for o in range(first, last + 1)}
     assert got == expected
+
+
+def test_the_background_generator_yields_what_generate_does() -> None:
+    from marshal_py.admin.audit_generate import generate, generate_in_background
+
+    inline = list(generate(3_000, seed=5, faults=0.01))
+    assert list(generate_in_background(3_000, chunk=700, seed=5, faults=0.01)) == inline
+
+
+def test_a_failing_background_generator_raises_in_the_reader() -> None:
+    from marshal_py.admin.audit_generate import generate_in_background
+
+    with pytest.raises(RuntimeError, match="generating records failed: TypeError"):
+        list(generate_in_background(10, no_such_option=1))
