@@ -1,4 +1,5 @@
-"""The benchmark harness runs end to end: ``python -m bench --quick`` (a smoke test).
+"""The benchmark harness runs end to end: ``python -m bench --quick`` (a smoke test, run in
+the background from the start of the session: tests/background.py).
 
 Every suite runs at its smallest size against one dev broker, ours and every anchor once.
 No timing is asserted here: the figures live in BENCHMARKS.md, measured full-size on a quiet
@@ -16,20 +17,34 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import SUITES
+from tests.background import BackgroundJobs, Job, background_job
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK_RESULTS = ROOT / "bench" / "results" / "quick"
 QUICK_PLOTS = ROOT / "docs" / "bench" / "quick"
 
 
-@pytest.mark.integration
-@pytest.mark.timeout(900)
-def test_every_suite_runs_quick_against_one_broker() -> None:
+def _fresh_quick_run(scratch: Path) -> list[str]:
+    """The smoke run's command, after removing what an earlier one wrote."""
     for stale in [*QUICK_RESULTS.glob("*"), *QUICK_PLOTS.glob("*")]:
         stale.unlink()
-    result = subprocess.run([sys.executable, "-m", "bench", "--quick"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=880)
-    assert result.returncode == 0, result.stderr[-4000:]
+    return [sys.executable, "-m", "bench", "--quick"]
+
+
+BENCH_QUICK = background_job(Job(
+    name="bench-quick",
+    test="tests/test_bench_quick.py::test_every_suite_runs_quick_against_one_broker",
+    command=_fresh_quick_run,
+    timeout_s=900,
+))
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(2700)
+def test_every_suite_runs_quick_against_one_broker(background: BackgroundJobs) -> None:
+    """Run in the background from the start of the session (tests/background.py)."""
+    done = background.outcome(BENCH_QUICK.name)
+    assert done.returncode == 0, done.tail()
     for suite in SUITES:
         data = json.loads((QUICK_RESULTS / f"{suite}.json").read_text())
         assert data["quick"] is True
@@ -43,7 +58,7 @@ def test_every_suite_runs_quick_against_one_broker() -> None:
         for i in range(len(data["plots"])):
             png = QUICK_PLOTS / f"{suite}-{i + 1}.png"
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
-        assert f"### {suite}" in result.stdout
+        assert f"### {suite}" in done.stdout
 
 
 def test_an_unknown_suite_is_one_line_and_exit_2() -> None:

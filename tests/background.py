@@ -1,0 +1,144 @@
+"""Long, self-contained checks that run in a child process beside the rest of the suite.
+
+Some checks are whole programs with a broker of their own (the benchmark smoke run, the
+million-record audit through ``bench.audit``). Run inline they would add minutes of mostly
+single-threaded work to a 2-core run; started when collection finishes, they overlap the tests
+before theirs, and their test only awaits the outcome and asserts on it.
+
+A test module declares its job at import time with :func:`background_job`; the job starts
+only if one of its tests is selected. Jobs run one after another, in declaration order, so
+that at most one of them competes with the foreground. ``MARSHAL_TEST_BACKGROUND=0`` runs each
+job inline when its test asks for it instead (for debugging one of them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Job:
+    """One background check: ``command(scratch)`` is run from the repository root."""
+
+    name: str
+    #: Node id (or node id prefix) of the tests that read the outcome.
+    test: str
+    command: Callable[[Path], Sequence[str]]
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a job ended: its exit code, where it wrote, and the tail of what it printed."""
+
+    name: str
+    returncode: int | None
+    seconds: float
+    scratch: Path
+    stdout: str
+    stderr: str
+
+    def tail(self, chars: int = 4000) -> str:
+        """The end of stdout and stderr, for an assertion message."""
+        return (f"{self.name}: exit {self.returncode} after {self.seconds:.0f} s\n"
+                f"--- stdout\n{self.stdout[-chars:]}\n--- stderr\n{self.stderr[-chars:]}")
+
+
+_DECLARED: dict[str, Job] = {}
+
+
+def background_job(job: Job) -> Job:
+    """Declare ``job`` (module level, at import). Declaring the same name twice is an error."""
+    existing = _DECLARED.get(job.name)
+    if existing is not None and existing != job:
+        raise ValueError(f"background job {job.name!r} is declared twice")
+    _DECLARED[job.name] = job
+    return job
+
+
+class BackgroundJobs:
+    """The session's jobs: started after collection, awaited by their tests."""
+
+    def __init__(self) -> None:
+        self._root = Path(tempfile.mkdtemp(prefix="marshal-test-background-"))
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="background-job")
+        self._futures: dict[str, Future[Outcome]] = {}
+        self._lock = threading.Lock()
+        self._running: subprocess.Popen[str] | None = None
+        self._stopping = False
+        self.inline = os.environ.get("MARSHAL_TEST_BACKGROUND", "1") == "0"
+
+    def start(self, selected_node_ids: Sequence[str]) -> None:
+        """Start, in declaration order, every declared job one of whose tests is selected."""
+        if self.inline:
+            return
+        for job in _DECLARED.values():
+            if any(node.startswith(job.test) for node in selected_node_ids):
+                self._futures[job.name] = self._pool.submit(self._run, job)
+
+    def outcome(self, name: str) -> Outcome:
+        """Wait for job ``name`` (running it now if it was not started) and say how it ended."""
+        job = _DECLARED[name]
+        future = self._futures.get(name)
+        if future is None:
+            future = self._futures[name] = self._pool.submit(self._run, job)
+        # Jobs run one after another: this one may wait for every other to end first.
+        return future.result(timeout=sum(j.timeout_s for j in _DECLARED.values()) + 60)
+
+    def stop(self) -> None:
+        """End the session: kill a job still running, remove the scratch directories."""
+        with self._lock:
+            self._stopping = True
+            running = self._running
+        if running is not None:
+            _end(running)
+        for future in self._futures.values():
+            future.cancel()
+        self._pool.shutdown(wait=True)
+        shutil.rmtree(self._root, ignore_errors=True)
+
+    def _run(self, job: Job) -> Outcome:
+        scratch = self._root / job.name
+        scratch.mkdir(parents=True, exist_ok=True)
+        stdout_path, stderr_path = scratch / "stdout.txt", scratch / "stderr.txt"
+        started = time.monotonic()
+        with stdout_path.open("w") as out, stderr_path.open("w") as err:
+            with self._lock:
+                if self._stopping:
+                    raise RuntimeError(f"background job {job.name!r}: the session is ending")
+                process = self._running = subprocess.Popen(
+                    list(job.command(scratch)), cwd=ROOT, stdout=out, stderr=err, text=True)
+            try:
+                returncode: int | None = process.wait(timeout=job.timeout_s)
+            except subprocess.TimeoutExpired:
+                _end(process)
+                returncode = None
+            finally:
+                with self._lock:
+                    self._running = None
+        return Outcome(job.name, returncode, time.monotonic() - started, scratch,
+                       stdout_path.read_text(errors="replace"),
+                       stderr_path.read_text(errors="replace"))
+
+
+def _end(process: subprocess.Popen[str]) -> None:
+    """SIGTERM (a job cleans up its broker), then SIGKILL after 30 s."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
