@@ -6,9 +6,10 @@ single-threaded work to a 2-core run; started when collection finishes, they ove
 before theirs, and their test only awaits the outcome and asserts on it.
 
 A test module declares its job at import time with :func:`background_job`; the job starts
-only if one of its tests is selected. Jobs run one after another, in declaration order, so
-that at most one of them competes with the foreground. ``MARSHAL_TEST_BACKGROUND=0`` runs each
-job inline when its test asks for it instead (for debugging one of them).
+only if one of its tests is selected, and the suite runs the tests that read an outcome last.
+Jobs run one after another, in declaration order, so that at most one of them competes with
+the foreground. ``MARSHAL_TEST_BACKGROUND=0`` runs each job inline when its test asks for it
+instead (for debugging one of them).
 """
 
 from __future__ import annotations
@@ -65,6 +66,11 @@ def background_job(job: Job) -> Job:
         raise ValueError(f"background job {job.name!r} is declared twice")
     _DECLARED[job.name] = job
     return job
+
+
+def awaits_background_job(node_id: str) -> bool:
+    """Whether the test ``node_id`` reads the outcome of a declared job."""
+    return any(node_id.startswith(job.test) for job in _DECLARED.values())
 
 
 class BackgroundJobs:

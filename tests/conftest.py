@@ -1,7 +1,8 @@
 """Shared fixtures. The integration suite runs on a real Kafka broker that it starts itself.
 
-Order: the pure tests (unit, property, simulation: no broker, no clock) run first, while the
-background jobs (:mod:`tests.background`) start; everything else keeps pytest's order.
+Order: the background jobs (:mod:`tests.background`) start when collection ends and overlap
+the tests that mostly wait on a broker, which run first; then the pure tests (unit, property,
+simulation: CPU-bound); last the tests that read a background job's outcome.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import settings
 
 from marshal_py.devbroker import DevBroker
-from tests.background import BackgroundJobs
+from tests.background import BackgroundJobs, awaits_background_job
 
 # No per-example deadline: the suite shares 2 cores with brokers and background jobs, and a
 # slow example is not a failure of the property (the tests that care time themselves).
@@ -23,8 +24,9 @@ settings.register_profile("marshal", deadline=None)
 settings.load_profile("marshal")
 
 HERE = Path(__file__).resolve().parent
-#: Directories whose tests need no broker and no real time, run first.
-PURE_FIRST = ("unit", "property", "simulation")
+#: Directories whose tests need no broker and no real time: CPU-bound, run after the others
+#: so that the background jobs overlap the tests that mostly wait on a broker.
+PURE = ("unit", "property", "simulation")
 
 _BACKGROUND = pytest.StashKey[BackgroundJobs]()
 
@@ -39,14 +41,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         jobs.stop()
 
 
+@pytest.hookimpl(trylast=True)  # after tests/spark's reordering, which this one keeps
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Pure tests first (stable: the order within each part is kept)."""
+    """The tests that wait on a broker first, then the pure ones, then those that read a
+    background job's outcome (stable: the order within each part is kept)."""
 
     def rank(item: pytest.Item) -> int:
-        for position, name in enumerate(PURE_FIRST):
-            if item.path.is_relative_to(HERE / name):
-                return position
-        return len(PURE_FIRST)
+        if awaits_background_job(item.nodeid):
+            return 2
+        return 1 if any(item.path.is_relative_to(HERE / name) for name in PURE) else 0
 
     items.sort(key=rank)
 
