@@ -1,9 +1,9 @@
 """Long, self-contained checks that run in a child process beside the rest of the suite.
 
 Some checks are whole programs with a broker of their own (the benchmark smoke run, the
-million-record audit through ``bench.audit``). Run inline they would add minutes of mostly
-single-threaded work to a 2-core run; started when collection finishes, they overlap the tests
-before theirs, and their test only awaits the outcome and asserts on it.
+million-record audit through ``bench.audit``). Started when collection finishes, they run
+beside the pure tests (tests/conftest.py orders those first and makes the first other test
+wait for the jobs), and their own test, run last, asserts on the outcome.
 
 A test module declares its job at import time with :func:`background_job`; the job starts
 only if one of its tests is selected, and the suite runs the tests that read an outcome last.
@@ -101,6 +101,11 @@ class BackgroundJobs:
             future = self._futures[name] = self._pool.submit(self._run, job)
         # Jobs run one after another: this one may wait for every other to end first.
         return future.result(timeout=sum(j.timeout_s for j in _DECLARED.values()) + 60)
+
+    def wait_all(self) -> None:
+        """Wait until every started job has ended (however it ended)."""
+        for name in list(self._futures):
+            self.outcome(name)
 
     def stop(self) -> None:
         """End the session: kill a job still running, remove the scratch directories."""

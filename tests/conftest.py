@@ -1,8 +1,9 @@
 """Shared fixtures. The integration suite runs on a real Kafka broker that it starts itself.
 
-Order: the background jobs (:mod:`tests.background`) start when collection ends and overlap
-the tests that mostly wait on a broker, which run first; then the pure tests (unit, property,
-simulation: CPU-bound); last the tests that read a background job's outcome.
+Order: the pure tests (unit, property, simulation: no broker, no real time) run first, beside
+the background jobs (:mod:`tests.background`) that start when collection ends; the first
+other test waits for the jobs to end, so that no test that times heartbeats shares the CPU
+with them; last come the tests that read a job's outcome.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ settings.register_profile("marshal", deadline=None)
 settings.load_profile("marshal")
 
 HERE = Path(__file__).resolve().parent
-#: Directories whose tests need no broker and no real time: CPU-bound, run after the others
-#: so that the background jobs overlap the tests that mostly wait on a broker.
+#: Directories whose tests need no broker and no real time: they run first, beside the
+#: background jobs.
 PURE = ("unit", "property", "simulation")
 
 _BACKGROUND = pytest.StashKey[BackgroundJobs]()
@@ -41,17 +42,30 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         jobs.stop()
 
 
+def _is_pure(item: pytest.Item) -> bool:
+    return any(item.path.is_relative_to(HERE / name) for name in PURE)
+
+
 @pytest.hookimpl(trylast=True)  # after tests/spark's reordering, which this one keeps
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that wait on a broker first, then the pure ones, then those that read a
+    """The pure tests first, then those that wait on a broker, then those that read a
     background job's outcome (stable: the order within each part is kept)."""
 
     def rank(item: pytest.Item) -> int:
         if awaits_background_job(item.nodeid):
             return 2
-        return 1 if any(item.path.is_relative_to(HERE / name) for name in PURE) else 0
+        return 0 if _is_pure(item) else 1
 
     items.sort(key=rank)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outside pytest-timeout's clock
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """A test that needs a broker or real time waits until the background jobs have ended:
+    they share the CPU with the pure tests only, never with a test that times heartbeats."""
+    if not _is_pure(item):
+        item.config.stash[_BACKGROUND].wait_all()
+    yield
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
