@@ -248,8 +248,12 @@ def test_four_processes_share_one_partition_each_record_printed_once(
     assert set(printed) == set(range(1000))
     assert all(line["delivery_count"] == 1 for line in lines)
     assert all(line["value"] == str(line["offset"]) for line in lines)
+    # The work is shared. Not that every member gets some: acquisitions are races in the log,
+    # and a member that is slower to fetch can lose every one of them (seen once on a busy
+    # 2-core machine: {'s1': 0, 's2': 460, 's3': 100, 's4': 440}); KIP-932 promises no
+    # fairness between consumers either.
     spread = {p.client_id: len(p.lines()) for p in procs}
-    assert all(n > 0 for n in spread.values()), spread
+    assert sum(1 for n in spread.values() if n > 0) >= 2, spread
 
     share = assert_all_accepted_once(cluster.watcher, 1000)
     assert share.exhausted == []
