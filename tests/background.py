@@ -1,15 +1,15 @@
 """Long, self-contained checks that run in a child process beside the rest of the suite.
 
 Some checks are whole programs with a broker of their own (the benchmark smoke run, the
-million-record audit through ``bench.audit``). Started when collection finishes, they run
-beside the pure tests (tests/conftest.py orders those first and makes the first other test
-wait for the jobs), and their own test, run last, asserts on the outcome.
+million-record audit through ``bench.audit``). Started when collection finishes, under
+``nice -n 19``, they run on the CPU the foreground leaves idle: beside the pure tests (which
+run first, on one core) and while the broker tests wait on heartbeats, without taking the
+CPU from a test that times them. Their own test, run last, asserts on the outcome.
 
 A test module declares its job at import time with :func:`background_job`; the job starts
 only if one of its tests is selected, and the suite runs the tests that read an outcome last.
-Jobs run one after another, in declaration order, so that at most one of them competes with
-the foreground. ``MARSHAL_TEST_BACKGROUND=0`` runs each job inline when its test asks for it
-instead (for debugging one of them).
+Jobs run one after another, in their ``order``. ``MARSHAL_TEST_BACKGROUND=0`` runs each
+job inline when its test asks for it instead (for debugging one of them).
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The lowest CPU priority: a job gets only what the foreground leaves (its broker and Spark
+#: JVMs inherit it).
+NICE = ("nice", "-n", "19") if shutil.which("nice") else ()
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,9 @@ class Job:
     test: str
     command: Callable[[Path], Sequence[str]]
     timeout_s: float
+    #: Jobs start in this order (then in declaration order): a job with timings of its own
+    #: goes first, while the pure tests leave a core idle.
+    order: int = 0
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,7 @@ class BackgroundJobs:
         """Start, in declaration order, every declared job one of whose tests is selected."""
         if self.inline:
             return
-        for job in _DECLARED.values():
+        for job in sorted(_DECLARED.values(), key=lambda j: j.order):
             if any(node.startswith(job.test) for node in selected_node_ids):
                 self._futures[job.name] = self._pool.submit(self._run, job)
 
@@ -101,11 +107,6 @@ class BackgroundJobs:
             future = self._futures[name] = self._pool.submit(self._run, job)
         # Jobs run one after another: this one may wait for every other to end first.
         return future.result(timeout=sum(j.timeout_s for j in _DECLARED.values()) + 60)
-
-    def wait_all(self) -> None:
-        """Wait until every started job has ended (however it ended)."""
-        for name in list(self._futures):
-            self.outcome(name)
 
     def stop(self) -> None:
         """End the session: kill a job still running, remove the scratch directories."""
@@ -129,7 +130,8 @@ class BackgroundJobs:
                 if self._stopping:
                     raise RuntimeError(f"background job {job.name!r}: the session is ending")
                 process = self._running = subprocess.Popen(
-                    list(job.command(scratch)), cwd=ROOT, stdout=out, stderr=err, text=True)
+                    [*NICE, *job.command(scratch)], cwd=ROOT, stdout=out, stderr=err,
+                    text=True)
             try:
                 returncode: int | None = process.wait(timeout=job.timeout_s)
             except subprocess.TimeoutExpired:

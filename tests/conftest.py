@@ -1,9 +1,8 @@
 """Shared fixtures. The integration suite runs on a real Kafka broker that it starts itself.
 
-Order: the pure tests (unit, property, simulation: no broker, no real time) run first, beside
-the background jobs (:mod:`tests.background`) that start when collection ends; the first
-other test waits for the jobs to end, so that no test that times heartbeats shares the CPU
-with them; last come the tests that read a job's outcome.
+Order: the pure tests (unit, property, simulation: no broker, no real time) run first, then
+those that wait on a broker, last those that read the outcome of a background job
+(:mod:`tests.background`: started when collection ends, at the lowest CPU priority).
 """
 
 from __future__ import annotations
@@ -25,8 +24,8 @@ settings.register_profile("marshal", deadline=None)
 settings.load_profile("marshal")
 
 HERE = Path(__file__).resolve().parent
-#: Directories whose tests need no broker and no real time: they run first, beside the
-#: background jobs.
+#: Directories whose tests need no broker and no real time: CPU-bound on one core, they run
+#: first, while the background jobs take the other.
 PURE = ("unit", "property", "simulation")
 
 _BACKGROUND = pytest.StashKey[BackgroundJobs]()
@@ -57,15 +56,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return 0 if _is_pure(item) else 1
 
     items.sort(key=rank)
-
-
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outside pytest-timeout's clock
-def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
-    """A test that needs a broker or real time waits until the background jobs have ended:
-    they share the CPU with the pure tests only, never with a test that times heartbeats."""
-    if not _is_pure(item):
-        item.config.stash[_BACKGROUND].wait_all()
-    yield
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -237,6 +237,7 @@ LARGE_AUDIT = background_job(Job(
         "--engines", "local,spark", "--keep", str(scratch / "tables"),
         "--json", str(scratch / "result.json")],
     timeout_s=1500,
+    order=1,  # after the bench smoke run, whose heartbeats would suffer more from nice 19
 ))
 
 
