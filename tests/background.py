@@ -74,9 +74,13 @@ def background_job(job: Job) -> Job:
     return job
 
 
+def _read_by(job: Job, node_id: str) -> bool:
+    return node_id.startswith(job.test)
+
+
 def awaits_background_job(node_id: str) -> bool:
     """Whether the test ``node_id`` reads the outcome of a declared job."""
-    return any(node_id.startswith(job.test) for job in _DECLARED.values())
+    return any(_read_by(job, node_id) for job in _DECLARED.values())
 
 
 class BackgroundJobs:
@@ -92,11 +96,11 @@ class BackgroundJobs:
         self.inline = os.environ.get("MARSHAL_TEST_BACKGROUND", "1") == "0"
 
     def start(self, selected_node_ids: Sequence[str]) -> None:
-        """Start, in declaration order, every declared job one of whose tests is selected."""
+        """Queue, by ``order``, every declared job one of whose tests is selected."""
         if self.inline:
             return
         for job in sorted(_DECLARED.values(), key=lambda j: j.order):
-            if any(node.startswith(job.test) for node in selected_node_ids):
+            if any(_read_by(job, node) for node in selected_node_ids):
                 self._futures[job.name] = self._pool.submit(self._run, job)
 
     def outcome(self, name: str) -> Outcome:
