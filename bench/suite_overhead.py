@@ -2,18 +2,44 @@
 
 The data: N records of 100 bytes over 12 partitions (N = 1,000,000; ``--quick`` 5,000),
 produced once. Every reader reads all of it from the beginning, ``ctx.repeat`` times,
-interleaved (plain 1, ALO 1, AMO 1, plain 3, ALO 3, AMO 3, then the Spark readers):
+interleaved (per repetition: the 11 Python readers with 1 process, the 11 with 3 processes,
+then the Spark readers):
 
 * **Python consumers** — separate OS processes (``python -m bench.suite_overhead --worker``),
   started and connected before the clock starts (Python start-up and imports outside the
-  measured time), then told *go* together:
+  measured time), then told *go* together; the 12 partitions dealt 12 / 4+4+4 to 1 / 3
+  processes for the plain consumers, claimed by a fresh marshal group (HI 1 s,
+  ``offset_reset="earliest"``) for ours. Every reader does the same per-record work (it
+  notes the partition and offset it was handed) and ours add only what the row names. Each
+  of ours is compared with the plain consumer that reads the same way through the same
+  client library:
 
-  - ``plain`` (the anchor): kafka-python ``KafkaConsumer`` with manual assignment
-    (``group_id=None``, no commits), the 12 partitions dealt 12 / 4+4+4 to 1 / 3 processes;
-  - ``alo``: a ``Marshaler`` (HI 1 s) consumer in mode ``alo``, ``offset_reset="earliest"``,
-    ``commit(record)`` after every record — what ``marshal consume --mode alo`` does;
-  - ``amo``: the same in mode ``amo`` (each fetched batch, at most ``amo_batch_size`` = 100
-    records, confirmed in ``__marshal`` before it is handed out).
+  - ``kp-iter`` (anchor of ``alo-iter`` and ``amo-iter``): kafka-python ``KafkaConsumer``
+    with manual assignment (``group_id=None``, no commits), ``for record in consumer``;
+  - ``alo-iter``: ours, ALO, ``for record in consumer`` and ``commit(record)`` after each;
+  - ``kp-poll`` (anchor of ``alo-poll``, ``alo-batch`` and ``amo-poll``): the same
+    ``KafkaConsumer``, ``poll(timeout_ms=200, max_records=500)``;
+  - ``alo-poll``: ours, ALO, ``poll(timeout_s=0.2, max_records=500)`` and
+    ``commit(record)`` for every record;
+  - ``alo-batch``: ours, ALO, the same ``poll`` and ``commit_batch(records)`` per poll;
+  - ``amo-poll``: ours, AMO, the same ``poll``;
+  - ``amo-iter``: ours, AMO, ``for record in consumer``;
+  - ``ck`` (anchor of the ``ck-*`` readers): a confluent-kafka ``Consumer``, ``assign`` at
+    ``OFFSET_BEGINNING`` (a throwaway ``group.id``, no commits), ``consume(500, 0.2)``,
+    skipping error messages;
+  - ``ck-alo-poll``, ``ck-alo-batch``, ``ck-amo-poll``: ours with ``fetcher="confluent"``
+    (librdkafka fetches), read as ``alo-poll``, ``alo-batch``, ``amo-poll``.
+
+  AMO runs at its defaults (windows of at most ``amo_batch_size`` = 10,000 records or
+  ``amo_window`` = 0.1 s, confirmed in ``__marshal`` ahead of hand-out). The ``ck`` anchor
+  gets the librdkafka settings our confluent fetcher sets (``fetch.queue.backoff.ms`` 10,
+  ``fetch.wait.max.ms`` 100, ``isolation.level`` read_uncommitted; see
+  ``marshal_py.client.fetchers.ConfluentFetcher``), so the ratio is our layer, not librdkafka
+  tuning; it assigns its partitions after *go* (librdkafka prefetches from ``assign`` on,
+  which before the clock would read ahead outside it), as our fetcher does. ``consume(500,
+  0.2)`` returns fewer than 500 messages only when the 0.2 s run out, so a ``ck`` process
+  whose share is not a multiple of 500 hands out its last records 0.2 s late (3 processes:
+  about 0.2 s of 0.3 s at N = 200,000); our fetcher takes what is there instead.
 
   A marshal group is fresh each run, so joining and claiming (and, with 3 members, the
   hand-overs as the others join) are inside the measured time. The clock runs from *go* to
@@ -28,16 +54,23 @@ interleaved (plain 1, ALO 1, AMO 1, plain 3, ALO 3, AMO 3, then the Spark reader
   ``startingOffsets`` earliest, fetched from Maven Central by Spark's Ivy on first use into
   ``~/.cache/marshal_py/ivy`` — only Maven Central, see ``ivysettings.xml``).
 
-The ratio is ours / the anchor of the same shape (processes, or Spark). Expect to lose: a
-plain consumer does nothing but fetch, while ours also heartbeats, replays ``__marshal`` and
-(AMO) waits for a write to be acknowledged per batch; with 2 cores, 3 processes plus the
-broker are CPU-bound. A full run (N = 1M, 3 repetitions) takes about 15-20 minutes on 2
-cores (``BENCH_OVERHEAD_RECORDS`` overrides N).
+One table per process count (readers, records/s, ours / its anchor, duplicates), one for
+Spark. The ratio is ours / the anchor of the same run and shape. Expect to lose: a plain
+consumer does nothing but fetch, while ours also heartbeats, replays ``__marshal`` and (AMO)
+confirms windows; with 2 cores, 3 processes plus the broker are CPU-bound. Joining a fresh
+group (HI 1 s) takes about a second and is inside the clock, so at small N, and against
+``ck`` (which reads 200,000 records in about 0.2 s), the ratio measures mostly that. A full
+run (N = 1M, 3 repetitions: 66 Python runs and 9 Spark queries) takes about 13 minutes on 2
+cores, scaled from 3.5-minute runs at N = 200,000 (each Python run also has about 0.7 s of
+process start-up and shut-down outside the clock); ``BENCH_OVERHEAD_RECORDS`` overrides N.
+Needs confluent-kafka (``pip install 'marshal_py[librdkafka]'``); without it the suite stops
+before producing, with one line saying so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import sys
@@ -46,7 +79,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bench.harness import BenchContext, BenchError, wait_for
 from bench.report import Measured, Plot, SuiteReport, Table, ratio
@@ -57,7 +90,56 @@ PARTITIONS = 12
 HI_S = 1.0
 PROGRESS_S = 0.2
 PROCESS_COUNTS = (1, 3)
-READERS = ("plain", "alo", "amo")
+#: What every poll-style reader asks for per call (kafka-python's poll, ours, consume).
+POLL_TIMEOUT_S = 0.2
+POLL_RECORDS = 500
+#: librdkafka settings our confluent fetcher sets (marshal_py.client.fetchers.ConfluentFetcher)
+#: that change how fast it reads; the ``ck`` anchor gets them too.
+CK_TUNING: dict[str, Any] = {"fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 100,
+                             "isolation.level": "read_uncommitted"}
+CONFLUENT_MISSING = ("confluent-kafka, which is not installed: "
+                     "pip install 'marshal_py[librdkafka]'")
+
+
+@dataclass(frozen=True)
+class ReaderKind:
+    """One way of reading: which client fetches, ours or plain, and the reading loop."""
+
+    name: str
+    label: str
+    client: Literal["kafka-python", "confluent"]
+    mode: Literal["alo", "amo"] | None
+    """None: a plain consumer (an anchor); else a Marshaler consumer in this mode."""
+    loop: Literal["iter", "poll", "batch"]
+    """``iter``: iteration; ``poll``: poll, ALO commits record by record; ``batch``: poll,
+    ``commit_batch`` of what it returned."""
+    anchor: str | None = None
+    """The plain reader ours is compared with (None: this is an anchor)."""
+
+
+READERS: tuple[ReaderKind, ...] = (
+    ReaderKind("kp-iter", "kafka-python, manual assignment, for record in consumer",
+               "kafka-python", None, "iter"),
+    ReaderKind("alo-iter", "marshal ALO, iteration, commit(record) each",
+               "kafka-python", "alo", "iter", "kp-iter"),
+    ReaderKind("kp-poll", "kafka-python, manual assignment, poll(200 ms, 500)",
+               "kafka-python", None, "poll"),
+    ReaderKind("alo-poll", "marshal ALO, poll() + commit(record) each",
+               "kafka-python", "alo", "poll", "kp-poll"),
+    ReaderKind("alo-batch", "marshal ALO, poll() + commit_batch(records)",
+               "kafka-python", "alo", "batch", "kp-poll"),
+    ReaderKind("amo-poll", "marshal AMO, poll()", "kafka-python", "amo", "poll", "kp-poll"),
+    ReaderKind("amo-iter", "marshal AMO, iteration", "kafka-python", "amo", "iter", "kp-iter"),
+    ReaderKind("ck", "confluent-kafka, manual assignment, consume(500, 0.2 s)",
+               "confluent", None, "poll"),
+    ReaderKind("ck-alo-poll", "marshal ALO, confluent fetcher, poll() + commit(record) each",
+               "confluent", "alo", "poll", "ck"),
+    ReaderKind("ck-alo-batch", "marshal ALO, confluent fetcher, poll() + commit_batch(records)",
+               "confluent", "alo", "batch", "ck"),
+    ReaderKind("ck-amo-poll", "marshal AMO, confluent fetcher, poll()",
+               "confluent", "amo", "poll", "ck"),
+)
+KINDS = {kind.name: kind for kind in READERS}
 SPARK_READERS = ("kafka", "marshal-alo", "marshal-amo")
 #: Spark's Kafka source. pyspark 4.3 runs the 4.2 connector (the newest on Maven Central
 #: when this was written); BENCH_SPARK_KAFKA_VERSION picks another.
@@ -66,9 +148,6 @@ IVY_SETTINGS = Path(__file__).resolve().parent / "ivysettings.xml"
 IVY_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "marshal_py" / "ivy"
 
 LABELS = {
-    "plain": "kafka-python, manual assignment",
-    "alo": "marshal ALO (commit every record)",
-    "amo": "marshal AMO (batch 100)",
     "kafka": "Spark format(\"kafka\")",
     "marshal-alo": "Spark format(\"marshal\") ALO",
     "marshal-amo": "Spark format(\"marshal\") AMO",
@@ -81,6 +160,11 @@ def records_for(quick: bool) -> int:
     return int(os.environ.get("BENCH_OVERHEAD_RECORDS", "1000000"))
 
 
+def confluent_missing() -> bool:
+    """True when confluent-kafka cannot be imported (the ``ck`` readers need it)."""
+    return importlib.util.find_spec("confluent_kafka") is None
+
+
 # -- the worker: one reader in its own process --------------------------------------------------
 
 
@@ -88,9 +172,16 @@ def _say(**message: Any) -> None:
     print(json.dumps(message), flush=True)
 
 
+def _one_line(exc: BaseException) -> str:
+    text = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split())
+
+
 class _Reader:
-    """Per-partition progress of one reader: the next offset and when the record before it
-    was handed out (wall time)."""
+    """Per-partition progress of one reader: the next offset after the highest one handed out,
+    and when a record reaching it was last handed out (wall time). A record handed out again
+    below it (a lease lapsed and renewed, rewound to the committed offset) does not move
+    ``next`` back, so a partition once read to its end stays there."""
 
     def __init__(self) -> None:
         self.next: dict[int, int] = {}
@@ -100,8 +191,9 @@ class _Reader:
 
     def see(self, partition: int, offset: int) -> None:
         with self.lock:
-            self.next[partition] = offset + 1
-            self.last_at[partition] = time.time()
+            if offset >= self.next.get(partition, 0):
+                self.next[partition] = offset + 1
+                self.last_at[partition] = time.time()
             self.count += 1
 
     def report(self, key: str) -> None:
@@ -119,7 +211,7 @@ def worker_main() -> None:
     try:
         poll = _prepare(order)
     except Exception as exc:  # reported to the parent, which raises
-        _say(error=f"{type(exc).__name__}: {exc}")
+        _say(error=_one_line(exc))
         return
     _say(ready=True)
     if sys.stdin.readline().strip() != "go":
@@ -142,55 +234,149 @@ def worker_main() -> None:
     try:
         poll(reader, stop)
     except Exception as exc:  # reported to the parent, which raises
-        error = f"{type(exc).__name__}: {exc}"
+        error = _one_line(exc)
     stop.set()
     if error:
         _say(error=error)
     reader.report("done")
 
 
+def _confluent_kafka(reader: str) -> Any:
+    try:
+        import confluent_kafka
+    except ImportError:
+        raise BenchError(f"reader {reader} needs {CONFLUENT_MISSING}") from None
+    return confluent_kafka
+
+
 def _prepare(order: dict[str, Any]) -> Any:
-    """Connect as ``order`` says; return ``poll(reader, stop)`` that reads until stopped."""
-    kind, bootstrap, topic = order["kind"], order["bootstrap"], order["topic"]
-    if kind == "plain":
-        from kafka import KafkaConsumer, TopicPartition
+    """Connect as ``order`` says; return ``read(reader, stop)`` that reads until stopped."""
+    kind = KINDS.get(order.get("kind", ""))
+    if kind is None:
+        raise BenchError(f"unknown reader kind {order.get('kind')!r}; the kinds are "
+                         f"{', '.join(KINDS)}")
+    if kind.client == "confluent":
+        _confluent_kafka(kind.name)
+    if kind.mode is not None:
+        return _prepare_marshal(kind, order)
+    if kind.client == "confluent":
+        return _prepare_confluent(order)
+    return _prepare_kafka_python(kind, order)
 
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                                 enable_auto_commit=False, auto_offset_reset="earliest")
-        tps = [TopicPartition(topic, p) for p in order["partitions"]]
-        consumer.assign(tps)
-        consumer.seek_to_beginning()
-        consumer.beginning_offsets(tps)  # connected before go
 
-        def poll_plain(reader: _Reader, stop: threading.Event) -> None:
-            try:
-                while not stop.is_set():
-                    for batch in consumer.poll(timeout_ms=200, max_records=500).values():
-                        for record in batch:
-                            reader.see(record.partition, record.offset)
-            finally:
-                consumer.close()
+def _prepare_kafka_python(kind: ReaderKind, order: dict[str, Any]) -> Any:
+    from kafka import KafkaConsumer, TopicPartition
 
-        return poll_plain
+    topic = order["topic"]
+    # consumer_timeout_ms: iteration ends after 200 ms without a record (then stop is checked)
+    extra = {"consumer_timeout_ms": POLL_TIMEOUT_S * 1000} if kind.loop == "iter" else {}
+    consumer = KafkaConsumer(bootstrap_servers=order["bootstrap"], group_id=None,
+                             enable_auto_commit=False, auto_offset_reset="earliest", **extra)
+    tps = [TopicPartition(topic, p) for p in order["partitions"]]
+    consumer.assign(tps)
+    consumer.seek_to_beginning()
+    consumer.beginning_offsets(tps)  # connected before go
 
+    def iterate(reader: _Reader, stop: threading.Event) -> None:
+        see = reader.see
+        try:
+            while not stop.is_set():
+                for record in consumer:
+                    see(record.partition, record.offset)
+        finally:
+            consumer.close()
+
+    def poll(reader: _Reader, stop: threading.Event) -> None:
+        see, fetch = reader.see, consumer.poll
+        try:
+            while not stop.is_set():
+                for batch in fetch(timeout_ms=POLL_TIMEOUT_S * 1000,
+                                   max_records=POLL_RECORDS).values():
+                    for record in batch:
+                        see(record.partition, record.offset)
+        finally:
+            consumer.close()
+
+    return iterate if kind.loop == "iter" else poll
+
+
+def _prepare_confluent(order: dict[str, Any]) -> Any:
+    ck = _confluent_kafka("ck")
+    topic = order["topic"]
+    consumer = ck.Consumer({"bootstrap.servers": order["bootstrap"],
+                            "group.id": f"bench.overhead.ck.{uuid.uuid4().hex[:8]}",
+                            "enable.auto.commit": False, **CK_TUNING})
+    try:
+        consumer.list_topics(topic, timeout=15)  # connected (and the topic known) before go
+    except Exception:
+        consumer.close()
+        raise
+    tps = [ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in order["partitions"]]
+
+    def consume(reader: _Reader, stop: threading.Event) -> None:
+        see, fetch = reader.see, consumer.consume
+        try:
+            consumer.assign(tps)  # inside the clock: librdkafka fetches from here on
+            while not stop.is_set():
+                for m in fetch(num_messages=POLL_RECORDS, timeout=POLL_TIMEOUT_S):
+                    if m.error() is None:
+                        see(m.partition(), m.offset())
+        finally:
+            consumer.close()
+
+    return consume
+
+
+def _prepare_marshal(kind: ReaderKind, order: dict[str, Any]) -> Any:
     from marshal_py import Marshaler
 
-    marshaler = Marshaler(bootstrap, group_id=order["group"], client_id=order["client_id"],
-                          heartbeat_interval=HI_S)
+    mode = kind.mode
+    assert mode is not None
+    marshaler = Marshaler(order["bootstrap"], group_id=order["group"],
+                          client_id=order["client_id"], heartbeat_interval=HI_S,
+                          fetcher=kind.client)
+    alo = mode == "alo"
 
-    def poll_marshal(reader: _Reader, stop: threading.Event) -> None:
+    def read(reader: _Reader, stop: threading.Event) -> None:
+        see = reader.see
         try:
-            consumer = marshaler.consumer([topic], kind, offset_reset="earliest")
-            while not stop.is_set():
-                for record in consumer.poll(timeout_s=0.2, max_records=500):
-                    reader.see(record.partition, record.offset)
-                    if kind == "alo":
-                        consumer.commit(record)
-            consumer.close()
+            consumer = marshaler.consumer([order["topic"]], mode, offset_reset="earliest")
+            try:
+                commit, commit_batch, poll = consumer.commit, consumer.commit_batch, consumer.poll
+                if kind.loop == "iter":
+                    def stop_iteration() -> None:
+                        stop.wait()
+                        consumer.stop()
+
+                    threading.Thread(target=stop_iteration, daemon=True).start()
+                    if alo:
+                        for record in consumer:
+                            see(record.partition, record.offset)
+                            commit(record)
+                    else:
+                        for record in consumer:
+                            see(record.partition, record.offset)
+                elif kind.loop == "batch":
+                    while not stop.is_set():
+                        records = poll(timeout_s=POLL_TIMEOUT_S, max_records=POLL_RECORDS)
+                        for record in records:
+                            see(record.partition, record.offset)
+                        commit_batch(records)
+                elif alo:
+                    while not stop.is_set():
+                        for record in poll(timeout_s=POLL_TIMEOUT_S, max_records=POLL_RECORDS):
+                            see(record.partition, record.offset)
+                            commit(record)
+                else:
+                    while not stop.is_set():
+                        for record in poll(timeout_s=POLL_TIMEOUT_S, max_records=POLL_RECORDS):
+                            see(record.partition, record.offset)
+            finally:
+                consumer.close()
         finally:
             marshaler.close()
 
-    return poll_marshal
+    return read
 
 
 # -- the parent ---------------------------------------------------------------------------------
@@ -219,12 +405,15 @@ class Run:
     seconds: float
     delivered: int
     duplicates: int
+    wall_s: float = 0.0
+    """The whole run, process start-up and shut-down included (for estimating run time)."""
 
 
 def run_python(ctx: BenchContext, kind: str, processes: int, topic: str, ends: dict[int, int],
                records: int) -> Run:
     """One run of ``processes`` readers of ``kind``: go to the last record handed out."""
     tag = ctx.tag()
+    began = time.perf_counter()
     with _workers(processes) as workers:
         for k, worker in enumerate(workers):
             worker.send(json.dumps({
@@ -243,7 +432,8 @@ def run_python(ctx: BenchContext, kind: str, processes: int, topic: str, ends: d
                 worker.check_alive()
                 if not worker.messages.empty():
                     message = worker.messages.get()
-                    raise BenchError(f"{kind} reader {worker.name} stopped early: {message}")
+                    raise BenchError(f"{kind} reader {worker.name} stopped early: "
+                                     f"{message.get('error', message)}")
             return all(any(w.latest.get("next", {}).get(str(p)) == end for w in workers)
                        for p, end in ends.items())
 
@@ -255,13 +445,16 @@ def run_python(ctx: BenchContext, kind: str, processes: int, topic: str, ends: d
         finals = [worker.receive("done", 60) for worker in workers]
     done_at = 0.0
     for p, end in ends.items():
-        done_at = max(done_at, max(f["last_at"][str(p)] for f in finals
-                                   if f["next"].get(str(p)) == end))
+        at_end = [f["last_at"][str(p)] for f in finals if f["next"].get(str(p)) == end]
+        if not at_end:
+            raise BenchError(f"{kind} x {processes}: partition {p} was reported read to its "
+                             "end, but no reader's final report says so")
+        done_at = max(done_at, *at_end)
     delivered = sum(f["count"] for f in finals)
     if delivered < records:
         raise BenchError(f"{kind} x {processes}: every partition reached its end but only "
                          f"{delivered:,} of {records:,} records were handed out")
-    return Run(done_at - go, delivered, delivered - records)
+    return Run(done_at - go, delivered, delivered - records, time.perf_counter() - began)
 
 
 def _spark_session() -> Any:
@@ -308,13 +501,15 @@ def run_spark(ctx: BenchContext, spark: Any, kind: str, topic: str, records: int
 
 
 def run(ctx: BenchContext) -> SuiteReport:
+    if confluent_missing():
+        raise BenchError(f"the overhead suite's ck readers need {CONFLUENT_MISSING}")
     records = records_for(ctx.quick)
     topic = ctx.create_topic(f"bench-overhead-{ctx.tag()}", PARTITIONS)
     ctx.produce(topic, records, PARTITIONS)
     ends = {p: records // PARTITIONS + (1 if p < records % PARTITIONS else 0)
             for p in range(PARTITIONS)}
     ends = {p: e for p, e in ends.items() if e}
-    python: dict[tuple[str, int], list[Run]] = {(k, n): [] for n in PROCESS_COUNTS
+    python: dict[tuple[str, int], list[Run]] = {(k.name, n): [] for n in PROCESS_COUNTS
                                                  for k in READERS}
     spark_runs: dict[str, list[Run]] = {k: [] for k in SPARK_READERS}
     ctx.say("starting Spark local[2] (the Kafka connector is fetched on first use)")
@@ -325,11 +520,20 @@ def run(ctx: BenchContext) -> SuiteReport:
         for i in range(ctx.repeat):
             for n in PROCESS_COUNTS:
                 for kind in READERS:
-                    ctx.say(f"repetition {i + 1}/{ctx.repeat}: {kind} x {n}")
-                    python[(kind, n)].append(run_python(ctx, kind, n, topic, ends, records))
-            for kind in SPARK_READERS:
-                ctx.say(f"repetition {i + 1}/{ctx.repeat}: Spark {kind}")
-                spark_runs[kind].append(run_spark(ctx, spark, kind, topic, records))
+                    ctx.say(f"repetition {i + 1}/{ctx.repeat}: {kind.name} x {n}")
+                    result = run_python(ctx, kind.name, n, topic, ends, records)
+                    python[(kind.name, n)].append(result)
+                    ctx.say(f"  {records / result.seconds:,.0f} records/s "
+                            f"({result.seconds:.2f} s, run {result.wall_s:.1f} s, "
+                            f"{result.duplicates:,} duplicates)")
+            for spark_kind in SPARK_READERS:
+                ctx.say(f"repetition {i + 1}/{ctx.repeat}: Spark {spark_kind}")
+                began = time.perf_counter()
+                result = run_spark(ctx, spark, spark_kind, topic, records)
+                result.wall_s = time.perf_counter() - began
+                spark_runs[spark_kind].append(result)
+                ctx.say(f"  {records / result.seconds:,.0f} records/s "
+                        f"({result.seconds:.2f} s)")
     finally:
         spark.stop()
     return _report(ctx, records, python, spark_runs, spark_start_s)
@@ -342,43 +546,60 @@ def _rates(runs: list[Run], records: int) -> Measured:
 def _report(ctx: BenchContext, records: int, python: dict[tuple[str, int], list[Run]],
             spark_runs: dict[str, list[Run]], spark_start_s: float) -> SuiteReport:
     report = SuiteReport("overhead", ctx.command)
-    rows = []
     for n in PROCESS_COUNTS:
-        base = _rates(python[("plain", n)], records)
+        rates = {k.name: _rates(python[(k.name, n)], records) for k in READERS}
+        rows = []
         for kind in READERS:
-            rates = _rates(python[(kind, n)], records)
-            dups = [r.duplicates for r in python[(kind, n)]]
-            rows.append([f"{n}", LABELS[kind], rates.cell(), "anchor" if kind == "plain"
-                         else ratio(rates.median, base.median), f"{max(dups):,}"])
-    report.tables.append(Table(
-        f"Exclusive consumers, {records:,} records of 100 B over {PARTITIONS} partitions "
-        "(records/s, median (range) of "
-        f"{ctx.repeat})",
-        ["processes", "reader", "records/s", "ours / plain", "duplicates (max)"], rows,
-        ["Go to the last record handed out; marshal joining and claiming included, Python "
-         "start-up not. Separate processes; 2 cores also run the broker."]))
+            dups = [r.duplicates for r in python[(kind.name, n)]]
+            if kind.anchor is None:
+                anchor, versus = "—", "anchor"
+            else:
+                anchor = kind.anchor
+                versus = ratio(rates[kind.name].median, rates[kind.anchor].median)
+            rows.append([kind.name, kind.label, rates[kind.name].cell(), anchor, versus,
+                         f"{max(dups):,}"])
+        processes = "1 process" if n == 1 else f"{n} processes"
+        report.tables.append(Table(
+            f"Exclusive consumers, {processes}, {records:,} records of 100 B over "
+            f"{PARTITIONS} partitions (records/s, median (range) of {ctx.repeat})",
+            ["reader", "what", "records/s", "anchor", "ours / anchor", "duplicates (max)"],
+            rows,
+            ["Go to the last record handed out; marshal joining and claiming (fresh group, "
+             f"HI {HI_S:g} s) included, Python start-up not. Separate processes; 2 cores "
+             "also run the broker. Anchors: kp-iter (kafka-python iteration) for alo-iter "
+             "and amo-iter; kp-poll (kafka-python poll) for alo-poll, alo-batch, amo-poll; "
+             "ck (confluent-kafka consume, with the librdkafka settings of our confluent "
+             "fetcher) for the ck-* readers; its consume(500, 0.2 s) waits the full 0.2 s "
+             "for a last batch of fewer than 500. AMO at its defaults (windows of 10,000 "
+             "records or 0.1 s)."]))
     base = _rates(spark_runs["kafka"], records)
     spark_rows = []
-    for kind in SPARK_READERS:
-        rates = _rates(spark_runs[kind], records)
-        spark_rows.append([LABELS[kind], rates.cell(),
-                           "anchor" if kind == "kafka" else ratio(rates.median, base.median)])
+    for kind_name in SPARK_READERS:
+        spark_rates = _rates(spark_runs[kind_name], records)
+        spark_rows.append([LABELS[kind_name], spark_rates.cell(),
+                           "anchor" if kind_name == "kafka"
+                           else ratio(spark_rates.median, base.median)])
     report.tables.append(Table(
         f"Spark source, the same {records:,} records, local[2], availableNow, noop sink",
         ["reader", "records/s", "ours / format(\"kafka\")"], spark_rows,
         [f"start() to the query's end (one micro-batch plan per trigger); the session "
          f"start-up ({spark_start_s:.0f} s, connector fetch included) is outside. Spark's "
          f"Kafka source is spark-sql-kafka-0-10_2.13:{SPARK_KAFKA_VERSION}."]))
-    report.plots.append(Plot(
-        "Exclusive consumers: records/s (median)", "bar", "processes", "records/s",
-        [str(n) for n in PROCESS_COUNTS],
-        {LABELS[k]: [_rates(python[(k, n)], records).median for n in PROCESS_COUNTS]
-         for k in READERS}))
+    for client, title in (("kafka-python", "kafka-python fetching"),
+                          ("confluent", "librdkafka (confluent-kafka) fetching")):
+        kinds = [k for k in READERS if k.client == client]
+        report.plots.append(Plot(
+            f"Exclusive consumers, {title}: records/s (median)", "bar", "processes",
+            "records/s", [str(n) for n in PROCESS_COUNTS],
+            {k.name: [_rates(python[(k.name, n)], records).median for n in PROCESS_COUNTS]
+             for k in kinds}))
     report.plots.append(Plot(
         "Spark sources: records/s (median)", "bar", "source", "records/s",
         [LABELS[k] for k in SPARK_READERS],
         {"records/s": [_rates(spark_runs[k], records).median for k in SPARK_READERS]}))
     report.raw = {"records": records, "spark_start_s": spark_start_s,
+                  "readers": {k.name: {"label": k.label, "client": k.client, "mode": k.mode,
+                                       "loop": k.loop, "anchor": k.anchor} for k in READERS},
                   "python": {f"{k}x{n}": [vars(r) for r in runs]
                              for (k, n), runs in python.items()},
                   "spark": {k: [vars(r) for r in runs] for k, runs in spark_runs.items()}}

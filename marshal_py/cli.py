@@ -39,6 +39,8 @@ from marshal_py.admin.world_view import (
 )
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine_types import Balance, Mode, OffsetReset
+from marshal_py.client.fetchers import FETCHER_KINDS, FetcherKind
+from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
 from marshal_py.client.key_shared_consumer import KeySharedConsumer
 from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
 from marshal_py.errors import MarshalError
@@ -324,8 +326,17 @@ def _record_json(record: Any) -> dict[str, object]:
               help="share: copy records archived at the delivery limit to this topic.")
 @click.option("--release-offsets", default="",
               help="share (testing): comma-separated offsets this member always releases.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=100, show_default=True,
-              help="share: records acquired at a time; amo: records confirmed at a time.")
+@click.option("--batch-size", type=click.IntRange(min=1),
+              help="share: records acquired at a time (default 100); amo: at most this many "
+                   f"records per confirmed window (default {DEFAULT_AMO_WINDOW_RECORDS:,}).")
+@click.option("--amo-window", type=click.FloatRange(min=0.001, max=60),
+              default=DEFAULT_AMO_WINDOW_MS / 1000, show_default=True,
+              help="amo: seconds of consumption one confirmed window covers (a crash loses "
+                   "at most two windows).")
+@click.option("--fetcher", type=click.Choice(list(FETCHER_KINDS)), default="kafka-python",
+              show_default=True,
+              help="alo/amo: the client that fetches records: kafka-python, or confluent "
+                   "(librdkafka, several times faster; pip install 'marshal_py[librdkafka]').")
 @click.option("--max-records", type=click.IntRange(min=1),
               help="Stop (commit and release) after N records.")
 @click.option("--print", "print_records", is_flag=True,
@@ -337,15 +348,16 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
             heartbeat_interval: float, offset_reset: str, balance: str,
             max_claims: int | None, release_lag: int | None, lock_duration: float,
             delivery_limit: int, start_datetime: str | None, dead_letter_topic: str | None,
-            release_offsets: str,
-            batch_size: int, max_records: int | None, print_records: bool) -> None:
+            release_offsets: str, batch_size: int | None, amo_window: float, fetcher: str,
+            max_records: int | None, print_records: bool) -> None:
     """Consume topics as a member of GROUP until SIGTERM / Ctrl-C, then commit and release."""
     from marshal_py.client.marshaler import Marshaler
 
     marshaler = Marshaler(bootstrap_servers, group, client_id, heartbeat_interval,
                           coordination_topic=coordination_topic, timeout=timeout,
                           kafka_config=current_kafka_config(),
-                          auth_keys=current_group_keys().get(group, ()))
+                          auth_keys=current_group_keys().get(group, ()),
+                          fetcher=cast(FetcherKind, fetcher))
     try:
         start_metrics(marshaler)  # --metrics-port: serves until the command ends
         reset = cast(OffsetReset, offset_reset)
@@ -364,14 +376,16 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
                     start_time = start_time.replace(tzinfo=UTC)
             consumer = marshaler.consumer(list(topics), "share", offset_reset=reset,
                                           lock_duration=lock_duration,
-                                          delivery_limit=delivery_limit, batch_size=batch_size,
+                                          delivery_limit=delivery_limit,
+                                          batch_size=batch_size or 100,
                                           dead_letter_topic=dead_letter_topic,
                                           acknowledgement="explicit", start_time=start_time)
         else:
             consumer = marshaler.consumer(list(topics), cast(Mode, mode), offset_reset=reset,
                                           balance=cast(Balance, balance),
                                           max_claims=max_claims, release_lag=release_lag,
-                                          amo_batch_size=batch_size)
+                                          amo_batch_size=batch_size or DEFAULT_AMO_WINDOW_RECORDS,
+                                          amo_window=amo_window)
         click.echo(f"marshal consume: member {marshaler.client_id} "
                    f"(instance {marshaler.instance_id}) of {group} on {', '.join(topics)}",
                    err=True)

@@ -211,9 +211,9 @@ class MarshalCollector:
         if isinstance(holdings, dict):
             for (topic, partition), holding in _copy(lambda: list(holdings.items()), []):
                 where = [group, topic, str(partition)]
-                if hasattr(holding, "tracker"):  # an exclusive claim
+                if hasattr(holding, "cursor"):  # an exclusive claim
                     claims.add_metric(where, 1)
-                    value = _copy(lambda h=holding: h.tracker.committed, None)
+                    value = _copy(lambda h=holding: h.cursor.committed, None)
                 elif hasattr(holding, "owned"):  # key-shared slots
                     slots.add_metric(where, len(_copy(lambda h=holding: set(h.owned), ())))
                     slotted.add((topic, partition))
@@ -246,23 +246,21 @@ class MarshalCollector:
                     live = _copy(lambda t=topic: rationalizer.members(group, t, now), None)
                     if live is not None:
                         members.add_metric([group, topic], len(live))
-        data = getattr(consumer, "_data", None)
         for (topic, partition), value in sorted(offsets.items()):
             committed.add_metric([group, topic, str(partition)], value)
-            high = _highwater(data, topic, partition)
+            high = _highwater(consumer, topic, partition)
             if high is not None:
                 lag.add_metric([group, topic, str(partition)], max(0, high - value))
         yield from (claims, slots, records, committed, lag, members)
 
 
-def _highwater(data: Any, topic: str, partition: int) -> int | None:
+def _highwater(consumer: Any, topic: str, partition: int) -> int | None:
     """The fetcher's last known high watermark (no request: it came with the last fetch)."""
-    if data is None:
+    known = getattr(consumer, "high_watermark", None)
+    if known is None:
         return None
     try:
-        from kafka import TopicPartition
-
-        value = data.highwater(TopicPartition(topic, partition))
+        value = known(topic, partition)
     except Exception:  # not assigned to the fetcher (any more)
         return None
     return int(value) if value is not None else None

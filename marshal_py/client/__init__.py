@@ -6,13 +6,11 @@ from marshal_py.client.engine import EngineConfig, MemberEngine
 from marshal_py.client.key_shared_consumer import KeySharedConsumer
 from marshal_py.client.key_shared_engine import KeySharedConfig, KeySharedEngine
 from marshal_py.client.marshaler import Marshaler, default_client_id
-from marshal_py.client.offsets import CommitTracker
 from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
 from marshal_py.client.share_engine import ShareConfig, ShareEngine
 
 __all__ = [
     "BrokerClock",
-    "CommitTracker",
     "Consumer",
     "EngineConfig",
     "KeySharedConfig",

@@ -29,7 +29,7 @@ from marshal_py.client.share_engine import ShareEngine
 from marshal_py.client.source import KafkaPartitionSource
 
 if TYPE_CHECKING:
-    from marshal_py.client.marshaler import Marshaler
+    from marshal_py.client.host import MemberHost
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +81,10 @@ def share_budget(available: Mapping[TP, int], budget: int | None) -> dict[TP, in
 class _BackgroundMember:
     """The thread that keeps a member alive (ticks its engine) while the caller plans."""
 
-    def __init__(self, marshaler: Marshaler, tick: Callable[[], None], close: Callable[[], None],
+    def __init__(self, host: MemberHost, tick: Callable[[], None], close: Callable[[], None],
                  tick_interval_s: float) -> None:
-        self._marshaler = marshaler
-        self._lock = marshaler._lock
+        self._host = host
+        self._lock = host.lock
         self._close_engine = close
         self._stop = threading.Event()
         self._error: BaseException | None = None
@@ -118,20 +118,20 @@ class _BackgroundMember:
             try:
                 self._close_engine()
             finally:
-                self._marshaler._member_closed(self)
+                self._host.member_closed(self)
 
 
 class ExclusiveBatchMember(_BackgroundMember):
     """A batch member of an exclusive group (``alo`` or ``amo``). Thread-safe."""
 
-    def __init__(self, marshaler: Marshaler, engine: MemberEngine,
+    def __init__(self, host: MemberHost, engine: MemberEngine,
                  source: KafkaPartitionSource, tick_interval_s: float) -> None:
         self.engine = engine
         self.source = source
         self.mode = engine.config.mode
         # (topic, partition, start) of a planned range -> the claim epoch it was planned under
         self._epochs: dict[tuple[str, int, int], int] = {}
-        super().__init__(marshaler, engine.tick, engine.close, tick_interval_s)
+        super().__init__(host, engine.tick, engine.close, tick_interval_s)
 
     @property
     def instance_id(self) -> str:
@@ -270,12 +270,12 @@ class ExclusiveBatchMember(_BackgroundMember):
 class ShareBatchMember(_BackgroundMember):
     """A batch member of a share group. Thread-safe."""
 
-    def __init__(self, marshaler: Marshaler, engine: ShareEngine,
+    def __init__(self, host: MemberHost, engine: ShareEngine,
                  source: KafkaPartitionSource, tick_interval_s: float) -> None:
         self.engine = engine
         self.source = source
         self.mode = "share"
-        super().__init__(marshaler, engine.tick, engine.close, tick_interval_s)
+        super().__init__(host, engine.tick, engine.close, tick_interval_s)
 
     @property
     def instance_id(self) -> str:

@@ -8,15 +8,15 @@ engine and the share engine; single-threaded like them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from marshal_py.client.engine_types import EngineClock
 from marshal_py.errors import MarshalError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.log.checkpoints import start_from_checkpoints
-from marshal_py.log.replay import catch_up, replay_start
+from marshal_py.log.replay import catch_up, follow_once, read_through, replay_start
 from marshal_py.protocol import Checkpoint, Message, coordination_partition, encode, sign
-from marshal_py.world import Owner, Rationalizer
+from marshal_py.world import CoordinationRecord, Owner, Rationalizer
 
 log = logging.getLogger(__name__)
 
@@ -105,20 +105,60 @@ class CoordinationChannel:
             self.catch_up()  # read them back: the newest checkpoint's time is now ours
         return written
 
+    def next_checkpoint_ms(self) -> int | None:
+        """When :meth:`maybe_checkpoint` may next have something to write (None: never)."""
+        if self.group is None:
+            return None
+        now = self.clock.now_ms()
+        due: list[int] = []
+        for topic in self.partitions:
+            last = self.rationalizer.last_checkpoint_ms(self.group, topic)
+            # Unknown or failed: look again in a second.
+            due.append(now + 1000 if last is None else last + self.checkpoint_interval_ms)
+        return min(due) if due else None
+
     def catch_up(self) -> None:
         """Apply every record up to the current end of our coordination partitions."""
         catch_up(self.log, self.rationalizer, sorted(set(self.partitions.values())))
 
-    def append(self, message: Message) -> int:
-        """Write a message to its topic's coordination partition; return its broker time.
-        A message about an authenticated group is signed with the group's first key."""
-        partition = self.partitions[message.topic]
-        sent = self.clock.now_ms()
+    def follow(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for new records on our coordination partitions (a long
+        poll: it returns as soon as any arrive) and apply them; return how many."""
+        return follow_once(self.log, self.rationalizer, self.partitions.values(), timeout_s)
+
+    def read_back(self, records: Iterable[CoordinationRecord]) -> None:
+        """Apply the log up to and including ``records`` (ours, just appended): what the
+        log decided about them is then known. One fetch when they are there."""
+        targets: dict[int, int] = {}
+        for record in records:
+            targets[record.partition] = max(targets.get(record.partition, 0),
+                                            record.position + 1)
+        read_through(self.log, self.rationalizer, targets)
+
+    def _encode(self, message: Message) -> tuple[int, bytes]:
         value = encode(message)
         keys = self.rationalizer.config.group_keys.get(message.group_id)
         if keys:
             value = sign(value, keys[0])
-        record = self.log.append(partition, value)
-        self.clock.observe(record.timestamp_ms, sent, self.clock.now_ms())
-        self.records_written += 1
-        return record.timestamp_ms
+        return self.partitions[message.topic], value
+
+    def append(self, message: Message) -> int:
+        """Write a message to its topic's coordination partition; return its broker time.
+        A message about an authenticated group is signed with the group's first key."""
+        return self.append_all([message])[0].timestamp_ms
+
+    def append_all(self, messages: Sequence[Message]) -> list[CoordinationRecord]:
+        """Write several messages, all sent before any is awaited (one round trip); return
+        them as stored. Raises :class:`MarshalError` if any was not written."""
+        if not messages:
+            return []
+        items = [self._encode(m) for m in messages]
+        sent = self.clock.now_ms()
+        # One record: the plain append (a log that only fails appends still fails here).
+        written = [self.log.append(*items[0])] if len(items) == 1 \
+            else self.log.append_all(items)
+        acked = self.clock.now_ms()
+        # One sample per round trip: each observation moves the estimate by its residual.
+        self.clock.observe(written[0].timestamp_ms, sent, acked)
+        self.records_written += len(written)
+        return written

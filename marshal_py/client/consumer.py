@@ -1,167 +1,306 @@
-"""Consumer: delivers the records of the partitions this member holds.
+"""Consumer: delivers the records of the partitions this member holds (exclusive modes).
 
-A background thread drives the :class:`~marshal_py.client.engine.MemberEngine` (claims,
-heartbeats, balance); the thread that iterates fetches with a kafka-python consumer on
-manually assigned partitions (no Kafka consumer group) and asks the engine before handing
-out each record.
+Two threads, and no lock between them on the at-least-once path. The coordination thread
+drives the :class:`~marshal_py.client.engine.MemberEngine` (claims, heartbeats, leases,
+at-most-once windows, balance) and otherwise sleeps in a long poll of the coordination log.
+The application's thread fetches the held partitions (kafka-python or librdkafka, on manual
+assignment: no Kafka consumer group) and hands them out through a
+:class:`~marshal_py.client.handout.HandOut`, which checks each partition's lease once per
+batch. The two meet only in the leases and commit cursors the engine publishes
+(:mod:`marshal_py.client.lease`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections import deque
-from typing import TYPE_CHECKING
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from kafka import TopicPartition
-from kafka.consumer.fetcher import ConsumerRecord
 
+from marshal_py.client.coordinator import FollowingCoordinator
 from marshal_py.client.engine import MemberEngine
-from marshal_py.client.member_consumer import MemberConsumer
-from marshal_py.errors import BrokerUnavailableError
+from marshal_py.client.fetchers import DataFetcher, FetcherKind, open_fetcher
+from marshal_py.client.handout import HandOut
+from marshal_py.client.lease import REVOKED, PartitionLease
 from marshal_py.log.kafka import KafkaLogConfig
 
 if TYPE_CHECKING:
-    from marshal_py.client.marshaler import Marshaler
+    from marshal_py.client.host import MemberHost
 
 log = logging.getLogger(__name__)
 
+TP = tuple[str, int]
+_monotonic = time.monotonic
 
-class Consumer(MemberConsumer[ConsumerRecord]):
-    """Iterate to receive records; ``commit(record)`` when done with one (at-least-once).
+
+class Consumer:
+    """Iterate (or :meth:`poll`) to receive records; commit them when done.
 
     Create it with :meth:`Marshaler.consumer`. At-least-once (``mode="alo"``): a record is
-    committed when you call :meth:`commit` (out-of-order commits advance the committed offset
-    over the contiguous run); after a crash, at most about one heartbeat interval of records
-    is delivered again. At-most-once (``mode="amo"``): every batch is confirmed in the
-    coordination log before its first record is handed out, and never handed out twice,
-    whatever crashes (a crash loses the rest of the batch being handed out; a close or a
-    hand-over loses nothing); :meth:`commit` is accepted and changes nothing.
+    committed when you call :meth:`commit` (or :meth:`commit_batch`, :meth:`commit_offsets`);
+    out-of-order commits advance the committed offset over the contiguous run; after a crash,
+    at most about one heartbeat interval of records is delivered again. At-most-once
+    (``mode="amo"``): records are confirmed in the coordination log in windows before they
+    are handed out and count as done when handed out; a crash loses at most the records of
+    two windows that were confirmed but not handed out, never delivers one twice; a close or
+    hand-over loses nothing; the commit calls are accepted and change nothing.
 
-    Iteration blocks until a record arrives; :meth:`stop` (from any thread or a signal
-    handler) ends it. :meth:`close` (or leaving the ``with`` block) commits, releases every
-    partition with its offset so others take over at once, and leaves the group.
+    Records are those of the fetcher: kafka-python's ``ConsumerRecord``, or with
+    ``fetcher="confluent"`` records of the same shape (``topic``, ``partition``, ``offset``,
+    ``key``, ``value``, ``headers``, ``timestamp``). Use it from one thread, as Kafka's
+    consumers: iteration, :meth:`poll` and the commits from the same thread; :meth:`stop`
+    from any thread or a signal handler. :meth:`close` (or leaving the ``with`` block)
+    releases every partition with its committed offset so others take over at once.
     """
 
-    def __init__(self, marshaler: Marshaler, engine: MemberEngine, topics: tuple[str, ...],
-                 kafka: KafkaLogConfig, tick_interval_s: float,
-                 amo_batch_size: int = 100) -> None:
-        super().__init__(marshaler, kafka)
+    def __init__(self, host: MemberHost, engine: MemberEngine, topics: tuple[str, ...],
+                 kafka: KafkaLogConfig, *, fetcher: FetcherKind = "kafka-python",
+                 max_poll_records: int = 500) -> None:
+        self._host = host
         self._engine = engine
         self.topics = topics
         self.mode = engine.config.mode
-        self._tick_interval_s = tick_interval_s
-        # At-most-once confirms each fetched batch before handing it out; a crash loses at
-        # most the rest of one batch, so batches stay small there.
-        self._max_batch = amo_batch_size if self.mode == "amo" else 500
-        # Commits from the application thread wait here (deque appends are thread-safe) and
-        # are applied by the coordination thread right before it heartbeats.
-        self._pending_commits: deque[tuple[str, int, int, int | None]] = deque()
-        self._buffer: deque[tuple[ConsumerRecord, int]] = deque()
-        self._start_coordination("marshal-coordinator", tick_interval_s)
+        self._max_batch = max_poll_records
+        self._stop = threading.Event()
+        self._closed = False
+        self._error: BaseException | None = None
+        #: Records handed out to the application so far (read by marshal_py.metrics).
+        self.records_delivered = 0
+        self._fetcher: DataFetcher = open_fetcher(fetcher, kafka)
+        self._guard = threading.Lock() if self.mode == "amo" else None
+        if self._guard is not None:
+            engine.handout_guard = self._guard
+        engine.follows_log = True
+        self._coordinator = FollowingCoordinator(
+            name="marshal-coordinator", lock=host.lock, step=engine.tick,
+            follow=engine.follow, next_due_ms=engine.next_due_ms,
+            now_ms=engine.clock.now_ms, stop=self._stop,
+            poll_cap_s=0.05 if self.mode == "amo" else 0.2, wake_driven=self.mode == "amo",
+            retry_s=max(0.05, min(1.0, engine.hi / 10000)),
+            is_closed=lambda: self._closed, on_fatal=self._set_error)
+        self._handout = HandOut(self.mode, window_records=engine.config.amo_window_records,
+                                window_ms=engine.config.amo_window_ms,
+                                wake=self._coordinator.wake)
+        self._held: dict[TP, PartitionLease] = {}
+        self._last_poll: list[Any] | None = None
+        self._last_slices: list[tuple[PartitionLease, int, int]] = []
+        self._coordinator.start()
 
-    # -- background coordination --------------------------------------------------------------
+    # -- the engine's leases and the fetch plan ---------------------------------------------
 
-    def _step(self) -> None:
-        self._apply_commits()
-        self._engine.tick()
-
-    # -- fetching -------------------------------------------------------------------------------
-
-    def _reconcile(self) -> None:
-        with self._lock:
-            wanted = self._engine.assignments()
-        if self._follow_plan(wanted):
-            self._buffer = self._current(self._buffer)
-
-    def _fetch(self, timeout_s: float) -> None:
-        self._reconcile()
-        if not self._epochs:
-            self._stop.wait(min(timeout_s, 0.2))
+    def _follow_engine(self) -> None:
+        engine = self._engine
+        handout = self._handout
+        handout.follow(engine.leases, engine.lease_version)
+        if handout.lapses:
+            handout.renew_lapsed(_monotonic() * 1000.0)
+        plan = handout.take_plan()
+        if plan is None:
             return
-        polled = self._poll_data(timeout_s, self._max_batch)
-        for tp, records in polled.items():
-            key = (tp.topic, tp.partition)
-            epoch = self._epochs.get(key)
-            if epoch is None or not records:
-                continue
-            offsets = [r.offset for r in records]
-            with self._lock:
-                try:
-                    accepted = self._engine.accept(tp.topic, tp.partition, epoch, offsets,
-                                                   offsets[-1] + 1)
-                except BrokerUnavailableError as exc:
-                    # The broker is away for a moment: the batch is not confirmed, so it is
-                    # not handed out; it is fetched again once the claim is confirmed.
-                    log.warning("cannot confirm a batch of %s/%d now: %s", tp.topic,
-                                tp.partition, exc)
-                    accepted = False
-                still = self._engine.assignments().get(key)
-            if accepted:
-                self._buffer.extend((r, epoch) for r in records)
-            elif still is not None and still[0] == epoch:
-                # Not confirmed (at-most-once could not write its claim): fetch them again.
-                self._data.seek(tp, still[1])
+        reading, seeks = plan
+        self._held = {key: feed.lease for key, feed in handout.feeds.items()}
+        assigned = self._fetcher.assignment()
+        starts = {key: offset for key, offset in seeks if key in reading}
+        if reading != assigned:
+            self._fetcher.assign(reading, {k: o for k, o in starts.items() if k not in assigned})
+        for (topic, partition), offset in starts.items():
+            if (topic, partition) in assigned:  # kept, but under a new claim or resumed
+                self._fetcher.seek(topic, partition, offset)
 
-    def _apply_commits(self) -> None:
-        """Hand queued commits to the engine (call with the lock held)."""
-        while self._pending_commits:
-            topic, partition, offset, epoch = self._pending_commits.popleft()
-            self._engine.commit(topic, partition, offset, epoch)
+    def _fill(self, timeout_s: float) -> None:
+        """Fetch more records into the hand-out buffer (or wait for the engine)."""
+        self._follow_engine()
+        handout = self._handout
+        if not handout.feeds or not self._fetcher.assignment():
+            self._stop.wait(min(timeout_s, 0.05))
+            return
+        if handout.waiting_for_confirmation():
+            # Wait for the engine's next step (it confirms the window) without holding the
+            # interpreter; fetch on only while little is buffered.
+            if sum(len(f.records) - f.i for f in handout.feeds.values()) >= self._max_batch:
+                self._coordinator.stepped.clear()
+                self._coordinator.stepped.wait(min(timeout_s, 0.02))
+                return
+            timeout_s = min(timeout_s, 0.005)
+        for batch in self._fetcher.poll(timeout_s, self._max_batch):
+            handout.add((batch.topic, batch.partition), batch.records, batch.next_position,
+                        self.high_watermark(batch.topic, batch.partition))
 
-    # -- the public surface ---------------------------------------------------------------------
+    # -- handing out ------------------------------------------------------------------------------
 
-    def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[ConsumerRecord]:
-        """Up to ``max_records`` records, waiting at most about ``timeout_s`` for the first."""
+    def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[Any]:
+        """Up to ``max_records`` records, waiting at most about ``timeout_s`` for the first.
+
+        One check of each partition's lease per call, no work per record. Commit what it
+        returned with :meth:`commit_batch` (O(partitions)) or record by record."""
         self._raise_background_error()
-        if not self._buffer and not self._closed:
-            self._fetch(timeout_s)
-        return self._drain(max_records)
+        deadline = _monotonic() + timeout_s
+        while True:
+            self._follow_engine()
+            out = self._take(max_records)
+            if out or self._closed or self._stop.is_set():
+                break
+            left = deadline - _monotonic()
+            if left <= 0:
+                break
+            self._fill(left)
+            out = self._take(max_records)
+            if out:
+                break
+            self._raise_background_error()
+        self.records_delivered += len(out)
+        self._last_poll = out
+        return out
 
-    def _next_buffered(self) -> ConsumerRecord | None:
-        while self._buffer:
-            record, epoch = self._buffer.popleft()
-            if self.mode == "alo":
-                # Read-only check, no lock: the coordination thread may be in a network call.
-                deliverable = self._engine.holds(record.topic, record.partition, epoch)
-            else:
-                with self._lock:
-                    deliverable = self._engine.deliver(record.topic, record.partition, epoch,
-                                                       record.offset)
-            if deliverable:
-                return record
-            # Lost, released or lease lapsed: drop everything buffered for that partition,
-            # and if the claim is still ours, fetch those records again later.
-            key = (record.topic, record.partition)
-            self._buffer = deque(
-                (r, e) for r, e in self._buffer if (r.topic, r.partition) != key
-            )
-            with self._lock:
-                position = self._engine.rewind(record.topic, record.partition, epoch,
-                                               record.offset)
-            if position is not None and self._epochs.get(key) == epoch:
-                self._data.seek(TopicPartition(*key), position)
-        return None
+    def _take(self, max_records: int) -> list[Any]:
+        handout = self._handout
+        if self._guard is None:
+            out = handout.take(max_records, _monotonic() * 1000.0)
+        else:
+            with self._guard:
+                out = handout.take(max_records, _monotonic() * 1000.0)
+        self._last_slices = handout.slices
+        return out
 
-    def commit(self, record: ConsumerRecord) -> bool:
+    def __iter__(self) -> Iterator[Any]:
+        """Records one by one until :meth:`stop` or :meth:`close`; the lease is checked per
+        record (a float comparison), so hand-out stops at a lapse."""
+        handout = self._handout
+        amo = self._guard is not None
+        guard = self._guard or threading.Lock()
+        while True:
+            self._raise_background_error()
+            self._follow_engine()
+            found = handout.next_batch(_monotonic() * 1000.0)
+            if found is None:
+                if self._stop.is_set() or self._closed:
+                    return
+                self._fill(0.2)
+                continue
+            feed, limit = found
+            lease = feed.lease
+            records = feed.records
+            first = feed.i
+            end_position = feed.next_position if limit == len(records) \
+                else records[limit].offset
+            cursor = lease.cursor
+            if not amo:
+                cursor.handed(records[first:limit], end_position)
+            j = first
+            while j < limit:
+                record = records[j]
+                if amo:
+                    with guard:
+                        if _monotonic() * 1000.0 >= lease.deadline:
+                            break
+                        cursor.committed = record.offset + 1
+                elif _monotonic() * 1000.0 >= lease.deadline:
+                    break
+                j += 1
+                feed.i = j
+                self.records_delivered += 1
+                yield record
+            if amo:
+                with guard:
+                    cursor.handed_done(records[first:j], end_position if j == limit
+                                       else records[j].offset)
+                feed.handed_since_ask += j - first
+            if j < limit and feed.i == j:  # the lease lapsed at record j
+                if not amo:
+                    cursor.rewind(records[j].offset)
+                handout.lapse(feed)
+
+    # -- committing ----------------------------------------------------------------------------
+
+    def commit(self, record: Any) -> bool:
         """Mark ``record`` processed (at-least-once; at-most-once counts a record as done when
-        it is handed out). False if its partition is no longer held."""
-        epoch = self._epochs.get((record.topic, record.partition))
-        if epoch is None or not self._engine.holds(record.topic, record.partition, epoch):
+        it is handed out). O(1) in order. False if its partition is no longer held."""
+        lease = self._held.get((record.topic, record.partition))
+        if lease is None or lease.deadline == REVOKED:
             return False
-        if self.mode == "alo":
-            self._pending_commits.append((record.topic, record.partition, record.offset, epoch))
+        if self._guard is None:
+            lease.cursor.commit(record.offset)
         return True
+
+    def commit_batch(self, records: Sequence[Any]) -> None:
+        """Mark every record of ``records`` processed: O(partitions) for a list that
+        :meth:`poll` returned, record by record otherwise."""
+        if self._guard is not None:
+            return
+        if records is self._last_poll:
+            for lease, first, last in self._last_slices:
+                cursor = lease.cursor
+                if cursor.expect == first:
+                    cursor.commit_through(last)
+                else:
+                    self._commit_range(records, lease, first, last)
+            return
+        for record in records:
+            self.commit(record)
+
+    def _commit_range(self, records: Sequence[Any], lease: PartitionLease, first: int,
+                      last: int) -> None:
+        for record in records:
+            if record.partition == lease.partition and record.topic == lease.topic \
+                    and first <= record.offset <= last:
+                lease.cursor.commit(record.offset)
+
+    def commit_offsets(self, offsets: Mapping[TopicPartition | TP, int]) -> None:
+        """Mark everything handed out before ``offsets[partition]`` (the next offset to
+        consume, Kafka's convention) processed. O(partitions)."""
+        if self._guard is not None:
+            return
+        for tp, next_offset in offsets.items():
+            lease = self._held.get((tp[0], tp[1]))
+            if lease is not None and lease.deadline != REVOKED:
+                lease.cursor.commit_through(next_offset - 1)
+
+    # -- state and life cycle ------------------------------------------------------------------
+
+    def high_watermark(self, topic: str, partition: int) -> int | None:
+        """The end of ``topic``/``partition`` as the last fetch saw it (no request)."""
+        return self._fetcher.high_watermark(topic, partition)
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions this member holds now."""
-        with self._lock:
-            return {TopicPartition(t, p) for t, p in self._engine.assignments()}
+        return {TopicPartition(t, p) for t, p in self._engine.leases}
 
-    def _close_engine(self) -> None:
-        """Commit, release every partition with its offset, leave the group."""
-        self._apply_commits()
-        self._engine.close()
+    def stop(self) -> None:
+        """End iteration soon; safe from any thread and from signal handlers."""
+        self._stop.set()
+
+    def _set_error(self, exc: BaseException) -> None:
+        self._error = exc
+
+    def _raise_background_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def close(self) -> None:
+        """Stop the coordination thread, release every partition with its committed offset
+        and leave the group, then close the Kafka clients. Idempotent."""
+        if self._closed:
+            return
+        self._stop.set()
+        self._coordinator.join()
+        with self._host.lock:
+            self._closed = True
+            try:
+                self._engine.close()
+            finally:
+                try:
+                    self._fetcher.close()
+                except Exception:  # closing must not mask the error that led here
+                    log.debug("error closing the fetcher", exc_info=True)
+                self._host.member_closed(self)
 
     def __enter__(self) -> Consumer:
         return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 

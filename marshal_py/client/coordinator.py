@@ -93,3 +93,95 @@ class CoordinationThread:
                 if left <= 0:
                     break
                 self._ticked.wait(left)
+
+
+class FollowingCoordinator:
+    """The quiet coordination loop of an exclusive consumer.
+
+    Instead of a fixed tick, it runs a step (``step``) only when something is due
+    (``next_due_ms``), the coordination log brought records, or the delivering thread asked
+    (:meth:`wake`, at-most-once windows), and otherwise waits. ``wake_driven=False``: it waits
+    in a long poll of the log (``follow(timeout_s)`` returns as soon as records arrive), at
+    most ``poll_cap_s`` so that ``stop`` is noticed. ``wake_driven=True`` (at-most-once, where
+    the delivering thread waits for the next window): it waits on the wake-up itself, which
+    costs nothing and answers at once, and reads the log without waiting after each wait, so
+    new records are seen within ``poll_cap_s``. ``lock`` (the marshaler's, which guards the
+    shared coordination log) is held only by this thread and by the marshaler's own queries,
+    never by the delivering thread.
+    """
+
+    def __init__(self, *, name: str, lock: threading.RLock, step: Callable[[], None],
+                 follow: Callable[[float], int], next_due_ms: Callable[[], int],
+                 now_ms: Callable[[], int], stop: threading.Event, poll_cap_s: float,
+                 retry_s: float, is_closed: Callable[[], bool],
+                 on_fatal: Callable[[BaseException], None], wake_driven: bool = False) -> None:
+        self._lock = lock
+        self._step = step
+        self._follow = follow
+        self._next_due_ms = next_due_ms
+        self._now_ms = now_ms
+        self._stop = stop
+        self._cap_s = poll_cap_s
+        self._retry_s = retry_s
+        self._is_closed = is_closed
+        self._on_fatal = on_fatal
+        self._wake_driven = wake_driven
+        self._woken = threading.Event()
+        #: Set after every step: the delivering thread waits on it for confirmations.
+        self.stepped = threading.Event()
+        self.steps = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start the loop."""
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Run a step soon (safe from any thread)."""
+        self._woken.set()
+
+    def join(self, timeout_s: float = 30.0) -> None:
+        """Wait for the loop to end (call after setting ``stop``)."""
+        self._woken.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=timeout_s)
+
+    def _run(self) -> None:
+        due = 0
+        arrived = 0
+        while not self._stop.is_set():
+            try:
+                with self._lock:
+                    if self._is_closed():
+                        return
+                    if arrived or self._woken.is_set() or self._now_ms() >= due:
+                        self._woken.clear()
+                        self._step()
+                        self.steps += 1
+                        self.stepped.set()
+                        due = self._next_due_ms()
+                    wait_s = min(self._cap_s, max(0.0, (due - self._now_ms()) / 1000))
+                    if not self._wake_driven:
+                        arrived = self._follow(0.0 if self._woken.is_set() else wait_s)
+                        continue
+                if self._woken.wait(wait_s):
+                    arrived = 0  # the step reads the log back after what it writes
+                    continue
+                with self._lock:
+                    if self._is_closed():
+                        return
+                    arrived = self._follow(0.0)
+            except (ClientIdInUseError, ConfigurationError, CoordinationLogLostError) as exc:
+                self._fail(exc)
+            except MarshalError as exc:
+                log.warning("coordination step failed (will retry): %s", exc)
+                due = 0
+                self._stop.wait(self._retry_s)
+            except Exception as exc:
+                log.exception("coordination thread failed")
+                self._fail(exc)
+        self.stepped.set()  # wake a delivering thread waiting for a step that will not come
+
+    def _fail(self, exc: BaseException) -> None:
+        self._on_fatal(exc)
+        self._stop.set()

@@ -11,102 +11,42 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
-from marshal_py.client.engine_types import Balance, EngineClock, Mode, PartitionSource
-from marshal_py.client.member_base import GroupMember, MemberConfig
-from marshal_py.client.offsets import CommitTracker
+from marshal_py.client.engine_types import EngineClock, PartitionSource
+from marshal_py.client.holdings import (
+    EngineConfig,
+    EngineStats,
+    Holding,
+    HoldingMember,
+)
 from marshal_py.errors import ConfigurationError, CoordinationLogLostError, MarshalError
 from marshal_py.log.base import CoordinationLog
-from marshal_py.protocol import (
-    ClaimingMessages,
-    ClaimingPartition,
-    Heartbeat,
-    Message,
-    ReleasingPartition,
-)
+from marshal_py.protocol import ClaimingPartition, Message
 from marshal_py.world import Owner, PartitionClaim, Rationalizer
 
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 
-
-@dataclass(frozen=True)
-class EngineConfig(MemberConfig):
-    """Settings of one exclusive-mode member (on top of :class:`MemberConfig`)."""
-
-    mode: Mode = "alo"
-    balance: Balance = "fair"
-    max_claims: int | None = None
-    #: Greedy members: release a partition whose lag exceeds this many records, when another
-    #: live member holds fewer partitions and so could take it (None: never).
-    release_lag: int | None = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.mode not in ("alo", "amo"):
-            raise ConfigurationError(f"mode must be 'alo' or 'amo', not {self.mode!r}")
-        if self.balance not in ("fair", "greedy"):
-            raise ConfigurationError(f"balance must be 'fair' or 'greedy', not {self.balance!r}")
-        if self.max_claims is not None and self.max_claims < 1:
-            raise ConfigurationError("max_claims must be >= 1 (or None for no limit)")
-        if self.release_lag is not None and self.release_lag < 1:
-            raise ConfigurationError("release_lag must be >= 1 record (or None)")
+__all__ = ["EngineConfig", "EngineStats", "Holding", "MemberEngine", "held_partitions"]
 
 
-@dataclass
-class Holding:
-    """A partition this member owns."""
-
-    topic: str
-    partition: int
-    epoch: int
-    tracker: CommitTracker
-    #: Broker time of our last heartbeat seen applied in the log, plus one HI. Records are
-    #: delivered only before it: others may take the partition 2 HI after that heartbeat.
-    lease_until_ms: int
-    next_heartbeat_ms: int
-    last_renewal_ms: int
-    heartbeat_failures: int = 0
-
-
-@dataclass
-class EngineStats:
-    """Counters a caller can show or assert on."""
-
-    claims_proposed: int = 0
-    claims_won: int = 0
-    claims_lost: int = 0
-    lost_after_winning: int = 0
-    released: int = 0
-    heartbeats: int = 0
-    heartbeat_failures: int = 0
-    amo_batches_confirmed: int = 0
-    amo_batches_refused: int = 0
-    claim_latencies_ms: list[int] = field(default_factory=list)
-
-
-class MemberEngine(GroupMember[EngineConfig]):
+class MemberEngine(HoldingMember):
     """One member of a group: claims, heartbeats, balances, confirms and releases.
 
-    Call :meth:`start` once, then :meth:`tick` regularly (several times per heartbeat
-    interval), :meth:`accept` for every fetched batch, :meth:`commit` for processed records,
-    and :meth:`close` at the end. Not thread-safe: the caller serializes calls.
+    Call :meth:`start` once, then :meth:`tick` whenever something is due (:meth:`next_due_ms`)
+    or the log has new records; the delivering side reads :attr:`leases`. Simulations and
+    micro-batch members use :meth:`accept`, :meth:`deliver` and :meth:`commit` instead. Call
+    :meth:`close` at the end. Not thread-safe: the caller serializes calls.
     """
 
     def __init__(self, config: EngineConfig, log_: CoordinationLog, rationalizer: Rationalizer,
                  source: PartitionSource, clock: EngineClock, rng: random.Random) -> None:
         super().__init__(config, log_, rationalizer, source, clock, rng)
-        self.holdings: dict[TP, Holding] = {}
-        self.stats = EngineStats()
-        self._epoch = 0
         self._reclaim_after_ms: int | None = None
         self._last_balance_release_ms: dict[str, int] = {}
-
-    def _drop_all(self) -> None:
-        self.holdings.clear()
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -127,26 +67,34 @@ class MemberEngine(GroupMember[EngineConfig]):
         if self._closed:
             return
         self._closed = True
-        for key in list(self.holdings):
-            holding = self.holdings.pop(key)
-            try:
-                self._append(self._release_message(holding))
-                self.stats.released += 1
-            except MarshalError as exc:
-                log.warning("could not release %s/%d: %s", key[0], key[1], exc)
+        self._release_all()
         self._leave()
 
     # -- the periodic step -------------------------------------------------------------------
 
     def tick(self) -> None:
-        """Catch up, drop lost claims, heartbeat, renew, balance and claim."""
+        """Catch up (unless the caller follows the log), drop lost claims, heartbeat, confirm
+        at-most-once windows, renew, balance and claim."""
         if self._closed:
             return
+        with self._stopping_if_log_lost():
+            self._tick()
+
+    def follow(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for new coordination records and apply them (the caller
+        then runs :meth:`tick`); return how many arrived."""
+        if self._closed:
+            return 0
+        with self._stopping_if_log_lost():
+            return self.channel.follow(timeout_s)
+
+    def _tick(self) -> None:
         caught_up = self._refresh()
-        sent = self._send_heartbeats(self.clock.now_ms())
-        if sent and caught_up:
-            caught_up = self._refresh()  # read our heartbeats back: that renews the leases
+        written = self._send_heartbeats(self.clock.now_ms())
+        if written and caught_up:
+            caught_up = self._read_back(written)  # our heartbeats renew the leases
         self._expire_leases(self.clock.now_ms())
+        self._confirm_windows()
         if not caught_up:
             return
         self._require_keys_if_signed()
@@ -155,64 +103,64 @@ class MemberEngine(GroupMember[EngineConfig]):
             self._balance(topic)
         self.channel.maybe_checkpoint(self.me)
 
-    def _refresh(self) -> bool:
-        """Catch up with the log and update every holding from it; False if the log failed."""
+    @contextmanager
+    def _stopping_if_log_lost(self) -> Iterator[None]:
+        """If the coordination log turns out recreated, forget every claim at once (nothing
+        more is handed out), stop for good, and let the error propagate."""
         try:
-            self._catch_up()
-        except (CoordinationLogLostError, ConfigurationError):
-            raise  # the log was recreated, or credentials or ACLs were refused: fatal
-        except MarshalError as exc:
-            log.warning("cannot read the coordination log: %s", exc)
-            return False
-        for key, holding in list(self.holdings.items()):
-            claim = self._claim(*key)
-            if claim.owner != self.me:
-                del self.holdings[key]
-                self.stats.lost_after_winning += 1
-                log.warning("lost the claim on %s/%d to %s; stopped delivering it",
-                            key[0], key[1], claim.owner)
-            elif claim.last_heartbeat_ms is not None:
-                holding.lease_until_ms = claim.last_heartbeat_ms + self.hi
+            yield
+        except CoordinationLogLostError:
+            self._drop_all()
+            self._closed = True
+            log.error("%s: the coordination log was recreated under this member; it stopped "
+                      "delivering and stops", self.config.group_id)
+            raise
+
+    def _refresh(self) -> bool:
+        """Catch up with the log (unless the caller follows it) and update every holding
+        from it; False if the log failed."""
+        if not self.follows_log:
+            try:
+                self._catch_up()
+            except (CoordinationLogLostError, ConfigurationError):
+                raise  # the log was recreated, or credentials or ACLs were refused: fatal
+            except MarshalError as exc:
+                log.warning("cannot read the coordination log: %s", exc)
+                return False
+        self._sync_with_world()
         return True
 
-    def _send_heartbeats(self, now: int) -> bool:
-        sent = False
-        for holding in list(self.holdings.values()):
-            renewal_due = now - holding.last_renewal_ms >= self.config.renew_interval_ms
-            if renewal_due and self._try_append(
-                self._partition_message(ClaimingPartition, holding)
-            ):
-                holding.last_renewal_ms = now
-                holding.next_heartbeat_ms = now  # a renewal is always followed by one
-            if now >= holding.next_heartbeat_ms:
-                sent = self._heartbeat(holding) or sent
-        return sent
-
-    def _expire_leases(self, now: int) -> None:
-        for key, holding in list(self.holdings.items()):
-            if now >= holding.lease_until_ms:
-                # No heartbeat of ours confirmed for one HI: others may take the partition
-                # at 2 HI, so we stop now and give it up.
-                del self.holdings[key]
-                log.warning("no heartbeat of %s/%d confirmed for one interval; released it",
-                            key[0], key[1])
-                if self._try_append(self._release_message(holding)):
-                    self.stats.released += 1
-
-    def _heartbeat(self, holding: Holding) -> bool:
+    def next_due_ms(self) -> int:
+        """The broker time at which :meth:`tick` next has something to do if the log stays
+        quiet: a heartbeat, renewal or lease expiry, a membership heartbeat, a claim of
+        someone else going stale (it could be taken), a member going stale (the fair shares
+        change), the end of a balancing pause, a reclaim, or a checkpoint."""
         now = self.clock.now_ms()
-        ok = self._try_append(
-            self._partition_message(Heartbeat, holding, holding.tracker.committed)
-        )
-        if ok:
-            holding.next_heartbeat_ms = now + self._jittered()
-            holding.heartbeat_failures = 0
-            self.stats.heartbeats += 1
-        else:
-            holding.heartbeat_failures += 1
-            self.stats.heartbeat_failures += 1
-            holding.next_heartbeat_ms = now + min(1000, self.hi // 10)
-        return ok
+        held = self._holding_due_ms()
+        if held is not None and held <= now:
+            return now  # overdue: at once
+        due = [self._next_member_heartbeat_ms, now + self.hi]
+        if held is not None:
+            due.append(held)
+        if self._reclaim_after_ms is not None and self._reclaim_after_ms > now:
+            due.append(self._reclaim_after_ms)
+        group = self.config.group_id
+        for topic in self.config.topics:
+            for claim in self.rationalizer.claims(group, topic):
+                if claim.owner is not None and claim.owner != self.me \
+                        and claim.last_heartbeat_ms is not None:
+                    due.append(claim.last_heartbeat_ms + 2 * self.hi + 1)
+                if claim.last_release_ms is not None:
+                    due.append(claim.last_release_ms + self.hi)
+            for seen in self.rationalizer.member_last_seen(group, topic).values():
+                due.append(seen + 2 * self.hi + 1)
+            paused = self._last_balance_release_ms.get(topic)
+            if paused is not None:
+                due.append(paused + self.hi)
+        checkpoint = self.channel.next_checkpoint_ms()
+        if checkpoint is not None:
+            due.append(checkpoint)
+        return min(t for t in due if t > now) if any(t > now for t in due) else now
 
     # -- balancing and claiming ---------------------------------------------------------------
 
@@ -296,7 +244,7 @@ class MemberEngine(GroupMember[EngineConfig]):
         lags = {}
         for partition in mine:
             _, end = self.source.offset_bounds(topic, partition)
-            lags[partition] = end - self.holdings[(topic, partition)].tracker.committed
+            lags[partition] = end - self.holdings[(topic, partition)].cursor.committed
         worst = max(lags, key=lambda p: (lags[p], p))
         if lags[worst] <= self.config.release_lag:
             return
@@ -319,13 +267,6 @@ class MemberEngine(GroupMember[EngineConfig]):
             return  # nobody could take it: keep consuming rather than release in vain
         self._last_balance_release_ms[topic] = now
         self._release(topic, mine[len(mine) - min(excess, deficit):], "for another member")
-
-    def _release(self, topic: str, partitions: list[int], why: str) -> None:
-        for partition in partitions:
-            holding = self.holdings.pop((topic, partition))
-            if self._try_append(self._release_message(holding)):
-                self.stats.released += 1
-                log.info("released %s/%d (%s)", topic, partition, why)
 
     def _claimable(self, claim: PartitionClaim, now: int) -> bool:
         owner = claim.owner
@@ -379,36 +320,38 @@ class MemberEngine(GroupMember[EngineConfig]):
             self._propose(topic, candidates)
 
     def _propose(self, topic: str, partitions: list[int]) -> None:
-        """Propose claims, read the log back, and take up the ones won."""
+        """Propose claims (one batch), read them back, take up the ones won, and heartbeat
+        their starting offsets at once."""
         proposed_at = self.clock.now_ms()
         started = self.clock.monotonic_ms()
-        for partition in partitions:
-            self._append(ClaimingPartition(proposed_at // 1000, self.me.instance_id,
-                                           self.me.client_id, self.config.group_id, topic,
-                                           partition))
-            self.stats.claims_proposed += 1
-        self._catch_up()  # read back: the log decided
+        messages: list[Message] = [
+            ClaimingPartition(proposed_at // 1000, self.me.instance_id, self.me.client_id,
+                              self.config.group_id, topic, partition)
+            for partition in partitions]
+        written = self.channel.append_all(messages)
+        self.stats.claims_proposed += len(partitions)
+        self.channel.read_back(written)  # the log decided
+        self._sync_with_world()
+        won = []
         for partition in partitions:
             claim = self._claim(topic, partition)
             if claim.owner == self.me:
-                self._won(topic, partition, claim)
+                won.append(self._won(topic, partition, claim))
                 self.stats.claim_latencies_ms.append(
                     round(self.clock.monotonic_ms() - started))
             else:
                 self.stats.claims_lost += 1
+        if won:
+            # Commits the starting offsets at once; read back with the next step's.
+            self._send_heartbeats(self.clock.now_ms())
 
-    def _won(self, topic: str, partition: int, claim: PartitionClaim) -> None:
+    def _won(self, topic: str, partition: int, claim: PartitionClaim) -> Holding:
         start = self._start_offset(topic, partition, claim)
-        now = self.clock.now_ms()
-        self._epoch += 1
         assert claim.last_heartbeat_ms is not None
-        holding = Holding(topic, partition, self._epoch, CommitTracker(start),
-                          lease_until_ms=claim.last_heartbeat_ms + self.hi,
-                          next_heartbeat_ms=now, last_renewal_ms=now)
-        self.holdings[(topic, partition)] = holding
+        holding = self._hold(topic, partition, start, claim.last_heartbeat_ms + self.hi)
         self.stats.claims_won += 1
-        self._heartbeat(holding)  # commits the starting offset at once
         log.info("claimed %s/%d, starting at offset %d", topic, partition, start)
+        return holding
 
     def _start_offset(self, topic: str, partition: int, claim: PartitionClaim) -> int:
         beginning, end = self.source.offset_bounds(topic, partition)
@@ -429,110 +372,6 @@ class MemberEngine(GroupMember[EngineConfig]):
                         topic, partition, start, end, self.config.offset_reset)
             return end if self.config.offset_reset == "latest" else beginning
         return start
-
-    # -- consumption --------------------------------------------------------------------------
-
-    def assignments(self) -> dict[TP, tuple[int, int]]:
-        """Held partitions with (epoch, next offset to fetch)."""
-        return {k: (h.epoch, h.tracker.position) for k, h in self.holdings.items()}
-
-    def holds(self, topic: str, partition: int, epoch: int) -> bool:
-        """May a record of this partition, fetched under claim ``epoch``, be delivered now?
-
-        Only while the claim is ours in the log and our last confirmed heartbeat is less
-        than one HI old (so a process resumed after a long pause delivers nothing until it
-        has caught up and heartbeated again).
-        """
-        holding = self.holdings.get((topic, partition))
-        return (holding is not None and holding.epoch == epoch
-                and self.clock.now_ms() < holding.lease_until_ms)
-
-    def accept(self, topic: str, partition: int, epoch: int, offsets: list[int],
-               next_position: int) -> bool:
-        """Decide whether a fetched batch may be delivered.
-
-        At-least-once: yes while the claim is held. At-most-once: only once a
-        ClaimingMessages for the batch's last offset is confirmed in the log and heartbeated;
-        a refused batch is never delivered (it may be lost, never duplicated). Each record is
-        then handed out through :meth:`deliver`.
-        """
-        holding = self.holdings.get((topic, partition))
-        if holding is None or not self.holds(topic, partition, epoch) or not offsets:
-            return False
-        if self.config.mode == "alo":
-            holding.tracker.delivered(offsets, next_position)
-            return True
-        last = max(offsets)
-        message = self._partition_message(ClaimingMessages, holding, last)
-        if not self._try_append(message):
-            self.stats.amo_batches_refused += 1
-            return False
-        self._catch_up()
-        claim = self._claim(topic, partition)
-        confirmed = claim.amo_claimed_offset
-        if claim.owner != self.me or confirmed is None or confirmed < last:
-            self.stats.amo_batches_refused += 1
-            self._refresh()
-            return False
-        holding.tracker.delivered(offsets, next_position)
-        self.stats.amo_batches_confirmed += 1
-        self._heartbeat(holding)
-        return True
-
-    def deliver(self, topic: str, partition: int, epoch: int, offset: int) -> bool:
-        """Ask, right before handing a record out, whether it may be; True hands it out.
-
-        At-most-once counts the record as done at this moment (so a release or heartbeat
-        carries exactly what was handed out); at-least-once waits for :meth:`commit`.
-        """
-        if not self.holds(topic, partition, epoch):
-            return False
-        if self.config.mode == "amo":
-            self.holdings[(topic, partition)].tracker.mark_through(offset)
-        return True
-
-    def rewind(self, topic: str, partition: int, epoch: int, offset: int) -> int | None:
-        """Fetched records from ``offset`` on were not handed out (the lease lapsed for a
-        moment): if the claim is still held under ``epoch``, return the position to fetch
-        from again; None when the claim is gone (a new claim starts from the commit)."""
-        holding = self.holdings.get((topic, partition))
-        if holding is None or holding.epoch != epoch:
-            return None
-        holding.tracker.rewind(offset)
-        return holding.tracker.position
-
-    def commit(self, topic: str, partition: int, offset: int, epoch: int | None = None) -> bool:
-        """Mark a delivered record processed (at-least-once). False if the claim is gone."""
-        holding = self.holdings.get((topic, partition))
-        if holding is None or (epoch is not None and holding.epoch != epoch):
-            return False
-        holding.tracker.mark(offset)
-        return True
-
-    def committed(self, topic: str, partition: int) -> int | None:
-        """The committed offset of a held partition."""
-        holding = self.holdings.get((topic, partition))
-        return holding.tracker.committed if holding else None
-
-    def flush_commits(self) -> None:
-        """Heartbeat every held partition now (e.g. before a planned pause)."""
-        for holding in list(self.holdings.values()):
-            self._heartbeat(holding)
-
-    # -- writing ------------------------------------------------------------------------------
-
-    def _claim(self, topic: str, partition: int) -> PartitionClaim:
-        return self.rationalizer.claim(self.config.group_id, topic, partition)
-
-    def _partition_message(self, kind: type[Heartbeat] | type[ClaimingPartition]
-                           | type[ReleasingPartition] | type[ClaimingMessages],
-                           holding: Holding, *extra: int) -> Message:
-        base = (self.clock.now_ms() // 1000, self.me.instance_id, self.me.client_id,
-                self.config.group_id, holding.topic, holding.partition)
-        return kind(*base, *extra)
-
-    def _release_message(self, holding: Holding) -> Message:
-        return self._partition_message(ReleasingPartition, holding, holding.tracker.committed)
 
     def _announced_capacity(self) -> int:
         return self.config.max_claims if self.config.max_claims is not None else -1

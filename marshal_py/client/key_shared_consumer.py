@@ -25,7 +25,7 @@ from marshal_py.log.kafka import KafkaLogConfig
 from marshal_py.protocol import key_slot
 
 if TYPE_CHECKING:
-    from marshal_py.client.marshaler import Marshaler
+    from marshal_py.client.host import MemberHost
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +71,12 @@ class KeySharedConsumer(MemberConsumer[ConsumerRecord]):
     releases every slot at its position so others take over at once, and leaves the group.
     """
 
-    def __init__(self, marshaler: Marshaler, engine: KeySharedEngine, kafka: KafkaLogConfig,
+    def __init__(self, host: MemberHost, engine: KeySharedEngine, kafka: KafkaLogConfig,
                  tick_interval_s: float, commit_mode: CommitMode = "implicit") -> None:
         if commit_mode not in ("implicit", "explicit"):
             raise ConfigurationError(
                 f"commit_mode must be 'implicit' or 'explicit', not {commit_mode!r}")
-        super().__init__(marshaler, kafka)
+        super().__init__(host, kafka)
         self._engine = engine
         self.topics = engine.config.topics
         self.commit_mode: CommitMode = commit_mode

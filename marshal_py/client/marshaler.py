@@ -21,9 +21,12 @@ from marshal_py.client.clock import BrokerClock
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine import EngineConfig, MemberEngine
 from marshal_py.client.engine_types import Balance, Mode, OffsetReset
+from marshal_py.client.fetchers import FetcherKind
+from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
+from marshal_py.client.host import MemberHost
 from marshal_py.client.key_shared_consumer import CommitMode, KeySharedConsumer
 from marshal_py.client.key_shared_engine import KeySharedConfig, KeySharedEngine
-from marshal_py.client.member_base import MAX_HEARTBEAT_INTERVAL_MS, MIN_HEARTBEAT_INTERVAL_MS
+from marshal_py.client.settings import MarshalerConfig
 from marshal_py.client.share_consumer import AckMode, ShareConsumer
 from marshal_py.client.share_engine import ShareConfig, ShareEngine
 from marshal_py.client.source import KafkaPartitionSource
@@ -36,7 +39,6 @@ from marshal_py.protocol.messages import (
     DEFAULT_DELIVERY_LIMIT,
     DEFAULT_INFLIGHT_LIMIT,
     DEFAULT_LOCK_MS,
-    id_problem,
 )
 from marshal_py.world import (
     DEFAULT_OFFSETS_RETENTION_MS,
@@ -80,6 +82,9 @@ class Marshaler:
     record this member writes is signed with the first key, and records about the group
     that no key signed are ignored (counted in ``rationalizer.rejected_count()``). Give
     every member the same keys; while rotating, two (new first once all members know it).
+    ``fetcher``: how exclusive consumers fetch records: ``"kafka-python"`` (default) or
+    ``"confluent"`` (librdkafka through confluent-kafka, several times faster; install
+    ``marshal_py[librdkafka]``). Coordination always goes through kafka-python.
     """
 
     def __init__(
@@ -96,41 +101,16 @@ class Marshaler:
         checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL_MS / 1000,
         offsets_retention: float = DEFAULT_OFFSETS_RETENTION_MS / 1000,
         auth_keys: Sequence[GroupKey] = (),
+        fetcher: FetcherKind = "kafka-python",
     ) -> None:
-        if not group_id:
-            raise ConfigurationError("group_id is required: name the consumer group")
-        for kind, value in (("group_id", group_id), ("client_id", client_id or "")):
-            problem = id_problem(kind, value)
-            if problem is not None:
-                raise ConfigurationError(problem)
-        if not MIN_HEARTBEAT_INTERVAL_MS <= heartbeat_interval * 1000 \
-                <= MAX_HEARTBEAT_INTERVAL_MS:
-            raise ConfigurationError(
-                f"heartbeat_interval must be between {MIN_HEARTBEAT_INTERVAL_MS / 1000:g} and "
-                f"{MAX_HEARTBEAT_INTERVAL_MS / 1000:g} seconds, not {heartbeat_interval}")
-        if replay_window < 0:
-            raise ConfigurationError("replay_window must be >= 0 seconds (0: everything)")
-        if 0 < replay_window < 4 * heartbeat_interval:
-            raise ConfigurationError(
-                "replay_window must be 0 (everything) or at least 4 heartbeat intervals, or "
-                "readers can miss live claims (PROTOCOL.md, bounded replay)")
-        keys = tuple(auth_keys)
-        if any(not isinstance(k, GroupKey) for k in keys):
-            raise ConfigurationError("auth_keys must be GroupKey objects (see "
-                                     "marshal_py.load_group_keys)")
-        if len({k.key_id for k in keys}) != len(keys):
-            raise ConfigurationError("auth_keys hold the same key id twice")
-        if checkpoint_interval < 1:
-            raise ConfigurationError("checkpoint_interval must be at least 1 second")
-        if offsets_retention < 60:
-            raise ConfigurationError("offsets_retention must be at least 60 seconds")
+        self.config = MarshalerConfig.from_seconds(
+            group_id=group_id, client_id=client_id or default_client_id(),
+            heartbeat_interval=heartbeat_interval, replay_window=replay_window,
+            checkpoint_interval=checkpoint_interval, offsets_retention=offsets_retention,
+            timeout=timeout, auth_keys=auth_keys, fetcher=fetcher)
         self.group_id = group_id
-        self.client_id = client_id or default_client_id()
+        self.client_id = self.config.client_id
         self.instance_id = new_instance_id()
-        self.heartbeat_interval = heartbeat_interval
-        self.replay_window = replay_window
-        self.checkpoint_interval = checkpoint_interval
-        self.offsets_retention = offsets_retention
         self._log_config = KafkaLogConfig(
             bootstrap_servers=bootstrap_servers,
             topic=coordination_topic,
@@ -141,10 +121,12 @@ class Marshaler:
         )
         self._log = KafkaLog(self._log_config)
         self._lock = threading.RLock()
+        self._host = MemberHost(self._lock, self._member_closed)
+        keys = self.config.auth_keys
         self.rationalizer = Rationalizer(RationalizerConfig(
             coordination_partitions=self._log.partition_count(),
             heartbeat_interval_ms=self._hi_ms,
-            offsets_retention_ms=int(offsets_retention * 1000),
+            offsets_retention_ms=self.config.offsets_retention_ms,
             group_keys={group_id: keys} if keys else {},
         ))
         self._warn_if_retention_too_short()
@@ -153,9 +135,29 @@ class Marshaler:
         self._source: KafkaPartitionSource | None = None
         self._closed = False
 
+    @property
+    def heartbeat_interval(self) -> float:
+        """Seconds between heartbeats (the same for every member of the group)."""
+        return self.config.heartbeat_interval_ms / 1000
+
+    @property
+    def replay_window(self) -> float:
+        """Seconds of the coordination log replayed on start (0: all of it)."""
+        return self.config.replay_window_ms / 1000
+
+    @property
+    def checkpoint_interval(self) -> float:
+        """Seconds between re-writes of the group's checkpoint."""
+        return self.config.checkpoint_interval_ms / 1000
+
+    @property
+    def offsets_retention(self) -> float:
+        """Seconds the group's offsets outlive its last member (KIP-211)."""
+        return self.config.offsets_retention_ms / 1000
+
     def _warn_if_retention_too_short(self) -> None:
         retention = getattr(self._log, "retention_ms", None)
-        needed = self.offsets_retention + self.checkpoint_interval
+        needed = (self.config.offsets_retention_ms + self.config.checkpoint_interval_ms) / 1000
         if retention is not None and retention >= 0 and retention / 1000 < needed:
             log.warning(
                 "coordination topic %s keeps records for %.0f s, less than the offset "
@@ -165,11 +167,11 @@ class Marshaler:
 
     @property
     def _hi_ms(self) -> int:
-        return int(self.heartbeat_interval * 1000)
+        return self.config.heartbeat_interval_ms
 
     @property
     def _checkpoint_ms(self) -> int:
-        return int(self.checkpoint_interval * 1000)
+        return self.config.checkpoint_interval_ms
 
     @property
     def me(self) -> Owner:
@@ -193,7 +195,7 @@ class Marshaler:
     def consumer(self, topics: Iterable[str], mode: Mode = ..., *,
                  offset_reset: OffsetReset = ..., balance: Balance = ...,
                  max_claims: int | None = ..., release_lag: int | None = ...,
-                 amo_batch_size: int = ...) -> Consumer: ...
+                 amo_batch_size: int = ..., amo_window: float = ...) -> Consumer: ...
 
     def consumer(
         self,
@@ -204,7 +206,8 @@ class Marshaler:
         balance: Balance = "fair",
         max_claims: int | None = None,
         release_lag: int | None = None,
-        amo_batch_size: int = 100,
+        amo_batch_size: int = DEFAULT_AMO_WINDOW_RECORDS,
+        amo_window: float = DEFAULT_AMO_WINDOW_MS / 1000,
         commit_mode: CommitMode = "implicit",
         lock_duration: float = DEFAULT_LOCK_MS / 1000,
         delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
@@ -223,8 +226,10 @@ class Marshaler:
         ``max_claims`` caps how many partitions this member holds per topic. ``release_lag``
         (records): a member behind by more than that on a partition hands it to a live member
         that holds at least two fewer partitions (useful with ``"greedy"``); never when alone.
-        ``amo_batch_size``: at most this many records are confirmed per at-most-once round
-        trip (a crash loses at most the rest of one such batch).
+        At-most-once confirms records in windows, the next one while the current one is
+        handed out: a window holds at most ``amo_batch_size`` records and about
+        ``amo_window`` seconds of consumption (sized by the measured rate); a crash loses at
+        most the records of two windows that were confirmed but not handed out.
         ``mode="share"`` joins a **share group** (queue semantics, KIP-932): every member
         consumes every partition, acquiring ``batch_size`` records at a time under locks of
         ``lock_duration`` seconds (1..3600), delivered at most ``delivery_limit`` times (2..10)
@@ -241,8 +246,6 @@ class Marshaler:
         """
         if self._closed:
             raise ConfigurationError("this Marshaler is closed")
-        if amo_batch_size < 1:
-            raise ConfigurationError("amo_batch_size must be >= 1")
         if self._consumer is not None:
             raise ConfigurationError("this Marshaler already has an open consumer; close it "
                                      "first or use another Marshaler")
@@ -256,20 +259,27 @@ class Marshaler:
         consumer: Consumer | ShareConsumer | KeySharedConsumer
         if mode == "key-shared":
             keyed, source = self._key_shared_engine(wanted, offset_reset)
-            consumer = KeySharedConsumer(self, keyed, self._log_config, self._tick_s,
+            consumer = KeySharedConsumer(self._host, keyed, self._log_config, self._tick_s,
                                          commit_mode)
         elif mode == "share":
             share, source = self._share_engine(wanted, offset_reset, lock_duration,
                                                delivery_limit, inflight_limit, batch_size,
                                                start_time, dead_letter_topic)
             consumer = ShareConsumer(
-                self, share, self._log_config, self._share_tick_s(lock_duration),
+                self._host, share, self._log_config, self._share_tick_s(lock_duration),
                 acknowledgement, dead_letter_topic)
         else:
-            engine, source = self._exclusive_engine(wanted, mode, offset_reset, balance,
-                                                    max_claims, release_lag)
-            consumer = Consumer(self, engine, wanted, self._log_config, self._tick_s,
-                                amo_batch_size)
+            engine, source = self._exclusive_engine(
+                wanted, mode, offset_reset, balance, max_claims, release_lag,
+                amo_window_records=amo_batch_size, amo_window_ms=round(amo_window * 1000))
+            try:
+                consumer = Consumer(self._host, engine, wanted, self._log_config,
+                                    fetcher=self.config.fetcher)
+            except BaseException:
+                with self._lock:
+                    engine.close()
+                source.close()
+                raise
         self._consumer = consumer
         self._source = source
         return consumer
@@ -308,11 +318,11 @@ class Marshaler:
             share, source = self._share_engine(wanted, offset_reset, lock_duration,
                                                delivery_limit, inflight_limit, 500,
                                                start_time, None)
-            member = ShareBatchMember(self, share, source, self._share_tick_s(lock_duration))
+            member = ShareBatchMember(self._host, share, source, self._share_tick_s(lock_duration))
         else:
             engine, source = self._exclusive_engine(wanted, mode, offset_reset, balance,
                                                     max_claims, None)
-            member = ExclusiveBatchMember(self, engine, source, self._tick_s)
+            member = ExclusiveBatchMember(self._host, engine, source, self._tick_s)
         self._consumer = member
         self._source = source
         return member
@@ -325,8 +335,8 @@ class Marshaler:
         return max(0.05, min(1.0, self.heartbeat_interval / 5, lock_duration / 10))
 
     def _exclusive_engine(self, topics: tuple[str, ...], mode: Mode, offset_reset: OffsetReset,
-                          balance: Balance, max_claims: int | None, release_lag: int | None
-                          ) -> tuple[MemberEngine, KafkaPartitionSource]:
+                          balance: Balance, max_claims: int | None, release_lag: int | None,
+                          **amo: int) -> tuple[MemberEngine, KafkaPartitionSource]:
         config = EngineConfig(
             group_id=self.group_id,
             client_id=self.client_id,
@@ -338,7 +348,8 @@ class Marshaler:
             balance=balance,
             max_claims=max_claims,
             release_lag=release_lag,
-            replay_window_ms=int(self.replay_window * 1000),
+            replay_window_ms=self.config.replay_window_ms,
+            **amo,
             checkpoint_interval_ms=self._checkpoint_ms,
         )
         source = self._open_source(topics)
@@ -357,7 +368,7 @@ class Marshaler:
             lock_ms=int(lock_duration * 1000), delivery_limit=delivery_limit,
             inflight_limit=inflight_limit, offset_reset=offset_reset, batch_size=batch_size,
             start_time_ms=None if start_time is None else int(start_time.timestamp() * 1000),
-            replay_window_ms=int(self.replay_window * 1000),
+            replay_window_ms=self.config.replay_window_ms,
             checkpoint_interval_ms=self._checkpoint_ms,
         )
         source = self._open_source(topics + ((dead_letter_topic,) if dead_letter_topic else ()))
@@ -371,7 +382,7 @@ class Marshaler:
         config = KeySharedConfig(
             group_id=self.group_id, client_id=self.client_id, instance_id=self.instance_id,
             topics=topics, heartbeat_interval_ms=self._hi_ms, offset_reset=offset_reset,
-            replay_window_ms=int(self.replay_window * 1000),
+            replay_window_ms=self.config.replay_window_ms,
             checkpoint_interval_ms=self._checkpoint_ms,
         )
         source = self._open_source(topics)

@@ -36,6 +36,32 @@ MIN_HEARTBEAT_INTERVAL_MS = 10
 MAX_HEARTBEAT_INTERVAL_MS = 3_600_000
 
 
+def check_group_settings(group_id: str, client_id: str, heartbeat_interval_ms: int,
+                         replay_window_ms: int, checkpoint_interval_ms: int) -> None:
+    """The rules of the settings every member of a group has (times in milliseconds);
+    raises :class:`ConfigurationError` naming the first one broken."""
+    if not group_id:
+        raise ConfigurationError("group_id is required: name the consumer group")
+    if not client_id:
+        raise ConfigurationError("client_id is empty")
+    for kind, value in (("group_id", group_id), ("client_id", client_id)):
+        problem = id_problem(kind, value)
+        if problem is not None:
+            raise ConfigurationError(problem)
+    if not MIN_HEARTBEAT_INTERVAL_MS <= heartbeat_interval_ms <= MAX_HEARTBEAT_INTERVAL_MS:
+        raise ConfigurationError(
+            f"heartbeat_interval must be between {MIN_HEARTBEAT_INTERVAL_MS / 1000:g} and "
+            f"{MAX_HEARTBEAT_INTERVAL_MS / 1000:g} seconds, not {heartbeat_interval_ms / 1000}")
+    if replay_window_ms < 0:
+        raise ConfigurationError("replay_window must be >= 0 seconds (0: everything)")
+    if 0 < replay_window_ms < 4 * heartbeat_interval_ms:
+        raise ConfigurationError(
+            "replay_window must be 0 (everything) or at least 4 heartbeat intervals, or "
+            "readers can miss live claims (PROTOCOL.md, bounded replay)")
+    if checkpoint_interval_ms < 1000:
+        raise ConfigurationError("checkpoint_interval must be at least 1 second")
+
+
 @dataclass(frozen=True)
 class MemberConfig:
     """Settings every member has, whatever its mode. Times in milliseconds."""
@@ -50,16 +76,13 @@ class MemberConfig:
     checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS
 
     def __post_init__(self) -> None:
-        if not self.group_id:
-            raise ConfigurationError("group_id is empty; name the consumer group")
-        if not self.client_id:
-            raise ConfigurationError("client_id is empty")
+        check_group_settings(self.group_id, self.client_id, self.heartbeat_interval_ms,
+                             self.replay_window_ms, self.checkpoint_interval_ms)
         if not self.instance_id:
             raise ConfigurationError("instance_id is empty")
         if not self.topics or any(not t for t in self.topics):
             raise ConfigurationError("give at least one topic to consume, none empty")
-        for kind, value in (("group_id", self.group_id), ("client_id", self.client_id),
-                            ("instance_id", self.instance_id),
+        for kind, value in (("instance_id", self.instance_id),
                             *(("topic", t) for t in self.topics)):
             problem = id_problem(kind, value)
             if problem is not None:
@@ -68,20 +91,6 @@ class MemberConfig:
             raise ConfigurationError(
                 f"offset_reset must be 'latest' or 'earliest', not {self.offset_reset!r}"
             )
-        if not MIN_HEARTBEAT_INTERVAL_MS <= self.heartbeat_interval_ms \
-                <= MAX_HEARTBEAT_INTERVAL_MS:
-            raise ConfigurationError(
-                f"heartbeat_interval must be between {MIN_HEARTBEAT_INTERVAL_MS / 1000:g} s "
-                f"and {MAX_HEARTBEAT_INTERVAL_MS / 1000:g} s, not "
-                f"{self.heartbeat_interval_ms / 1000} s")
-        if self.replay_window_ms < 0:
-            raise ConfigurationError("replay_window must be >= 0 (0: everything)")
-        if 0 < self.replay_window_ms < 4 * self.heartbeat_interval_ms:
-            raise ConfigurationError(
-                "replay_window must be 0 (everything) or at least 4 heartbeat intervals, or "
-                "readers can miss live claims (PROTOCOL.md, bounded replay)")
-        if self.checkpoint_interval_ms < 1000:
-            raise ConfigurationError("checkpoint_interval must be at least 1 second")
 
     @property
     def renew_interval_ms(self) -> int:

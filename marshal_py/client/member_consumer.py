@@ -22,7 +22,7 @@ from marshal_py.log.kafka import KafkaLogConfig
 from marshal_py.log.kafka_auth import connection_error, data_topic_error
 
 if TYPE_CHECKING:
-    from marshal_py.client.marshaler import Marshaler
+    from marshal_py.client.host import MemberHost
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +38,10 @@ class MemberConsumer(DeliveryLoop[R], Generic[R]):
     :meth:`_close_engine` (called with the lock held while closing).
     """
 
-    def __init__(self, marshaler: Marshaler, kafka: KafkaLogConfig) -> None:
+    def __init__(self, host: MemberHost, kafka: KafkaLogConfig) -> None:
         super().__init__()
-        self._marshaler = marshaler
-        self._lock = marshaler._lock
+        self._host = host
+        self._lock = host.lock
         self._kafka = kafka
         try:
             self._data = KafkaConsumer(group_id=None, enable_auto_commit=False,
@@ -106,6 +106,11 @@ class MemberConsumer(DeliveryLoop[R], Generic[R]):
                 from exc
         return polled
 
+    def high_watermark(self, topic: str, partition: int) -> int | None:
+        """The end of ``topic``/``partition`` as the last fetch saw it (no request)."""
+        value = self._data.highwater(TopicPartition(topic, partition))
+        return None if value is None else int(value)
+
     # -- shutdown -------------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -127,4 +132,4 @@ class MemberConsumer(DeliveryLoop[R], Generic[R]):
                         client.close()
                     except Exception:  # closing must not mask the error that led here
                         log.debug("error closing a Kafka client", exc_info=True)
-                self._marshaler._member_closed(self)
+                self._host.member_closed(self)

@@ -24,7 +24,7 @@ from marshal_py.log.kafka import KafkaLogConfig
 from marshal_py.protocol.messages import ACK_KINDS
 
 if TYPE_CHECKING:
-    from marshal_py.client.marshaler import Marshaler
+    from marshal_py.client.host import MemberHost
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +64,12 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
     ``marshal.reason``. A member that crashes at a record's last attempt copies nothing.
     """
 
-    def __init__(self, marshaler: Marshaler, engine: ShareEngine, kafka: KafkaLogConfig,
+    def __init__(self, host: MemberHost, engine: ShareEngine, kafka: KafkaLogConfig,
                  tick_interval_s: float, acknowledgement: AckMode = "implicit",
                  dead_letter_topic: str | None = None) -> None:
         if acknowledgement not in ("implicit", "explicit"):
             raise ConfigurationError("acknowledgement must be 'implicit' or 'explicit'")
-        super().__init__(marshaler, kafka)
+        super().__init__(host, kafka)
         self._engine = engine
         self.topics = engine.config.topics
         self.acknowledgement = acknowledgement

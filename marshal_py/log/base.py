@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from marshal_py.world.records import CoordinationRecord
@@ -27,6 +27,11 @@ class CoordinationLog(Protocol):
 
     def append(self, partition: int, value: bytes) -> CoordinationRecord:
         """Write one record durably and return it as stored (position and log timestamp)."""
+        ...
+
+    def append_all(self, items: Sequence[tuple[int, bytes]]) -> list[CoordinationRecord]:
+        """Write several records (partition, value), all sent before any is awaited, and
+        return them as stored, in the order given. Raises if any was not written."""
         ...
 
     def start_position(self, partition: int) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -380,6 +380,18 @@ class KafkaLog:
             future = self._get_producer().send(tp.topic, value=value, partition=tp.partition)
             meta = future.get(timeout=self.config.timeout_s)
         return CoordinationRecord(partition, int(meta.offset), int(meta.timestamp), value)
+
+    def append_all(self, items: Sequence[tuple[int, bytes]]) -> list[CoordinationRecord]:
+        """Send every record before awaiting any: one round trip for all of them when they
+        go to one broker (the producer pipelines them)."""
+        with _kafka_errors(self.config, "writing coordination records", "write"):
+            producer = self._get_producer()
+            futures = [producer.send(self.config.topic, value=value,
+                                     partition=self._tp(partition).partition)
+                       for partition, value in items]
+            metas = [future.get(timeout=self.config.timeout_s) for future in futures]
+        return [CoordinationRecord(partition, int(meta.offset), int(meta.timestamp), value)
+                for (partition, value), meta in zip(items, metas, strict=True)]
 
     def start_position(self, partition: int) -> int:
         tp = self._tp(partition)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from marshal_py.world.records import CoordinationRecord
 
@@ -72,6 +72,9 @@ class MemoryLog:
             self._end[partition] += 1
             self._changed.notify_all()
             return record
+
+    def append_all(self, items: Sequence[tuple[int, bytes]]) -> list[CoordinationRecord]:
+        return [self.append(partition, value) for partition, value in items]
 
     def start_position(self, partition: int) -> int:
         self._check(partition)

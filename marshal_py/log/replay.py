@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from marshal_py.errors import BrokerUnavailableError, CoordinationLogLostError
 from marshal_py.log.base import CoordinationLog
@@ -61,6 +61,70 @@ def catch_up(
     # above: only its identity tells it apart (asked after the ends, so the broker answers).
     log_.verify_identity()
     starts = {p: max(rationalizer.next_position(p), log_.start_position(p)) for p in targets}
+    return _read_to(log_, rationalizer, targets, starts, fetch_timeout_s, progress)
+
+
+def read_through(
+    log_: CoordinationLog,
+    rationalizer: Rationalizer,
+    targets: Mapping[int, int],
+    *,
+    fetch_timeout_s: float = 1.0,
+) -> int:
+    """Apply every record below ``targets[partition]`` (typically one past a record this
+    member has just appended): the read-back after a write, with no request for the log's
+    ends or starts -- one fetch when the records are there. Returns how many were applied."""
+    for p, end in targets.items():
+        if end <= rationalizer.next_position(p):
+            # A record just appended landed below what this reader has already read: the
+            # log is not the one read (deleted and recreated, or truncated).
+            raise CoordinationLogLostError(
+                f"coordination topic {log_.topic!r} went back on partition {p}: a record "
+                f"appended now got position {end - 1}, but {rationalizer.next_position(p)} "
+                "records had been read; it was deleted and recreated (or truncated), "
+                f"{CoordinationLogLostError.ADVICE}")
+    wanted = {p: end for p, end in targets.items() if rationalizer.next_position(p) < end}
+    if not wanted:
+        return 0
+    starts = {p: rationalizer.next_position(p) for p in wanted}
+    return _read_to(log_, rationalizer, wanted, starts, fetch_timeout_s, None)
+
+
+def follow_once(log_: CoordinationLog, rationalizer: Rationalizer, partitions: Iterable[int],
+                timeout_s: float) -> int:
+    """Wait up to ``timeout_s`` for records after what was read on ``partitions`` and apply
+    those that arrive (a long poll: it returns as soon as any does). Returns how many were
+    applied. Positions the reader has read past without records (transaction markers) are
+    skipped. Raises :class:`~marshal_py.errors.CoordinationLogLostError` when the topic is no
+    longer the one the log opened."""
+    chosen = sorted(set(partitions))
+    log_.verify_identity()
+    starts = {p: rationalizer.next_position(p) for p in chosen}
+    applied = 0
+    for record in log_.fetch(starts, timeout_s):
+        if record.position >= rationalizer.next_position(record.partition):
+            rationalizer.apply(record)
+            applied += 1
+    if not applied:
+        for p in chosen:
+            reached = log_.read_position(p)
+            if reached is not None and reached < rationalizer.next_position(p):
+                # The reader was sent back (an out-of-range position reset to the start):
+                # the log now ends before what was read.
+                raise CoordinationLogLostError(
+                    f"coordination topic {log_.topic!r} went back on partition {p}: it now "
+                    f"reads from {reached}, but {rationalizer.next_position(p)} records had "
+                    "been read; it was deleted and recreated (or truncated), "
+                    f"{CoordinationLogLostError.ADVICE}")
+            if reached is not None and reached > rationalizer.next_position(p):
+                rationalizer.skip_to(p, reached)
+    return applied
+
+
+def _read_to(log_: CoordinationLog, rationalizer: Rationalizer, targets: Mapping[int, int],
+             starts: Mapping[int, int], fetch_timeout_s: float,
+             progress: Callable[[int, int], None] | None) -> int:
+    """Fetch and apply from ``starts`` until every partition reached its target."""
     pending = {p: s for p, s in starts.items() if s < targets[p]}
     total = sum(targets[p] - s for p, s in pending.items())
     applied = 0

@@ -14,7 +14,7 @@ import json
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,8 +48,9 @@ def cluster(kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> Iterator[
 
 
 def start_members(cluster: Cluster, count: int, mode: str = "alo",
-                  prefix: str = "c") -> list[ConsumerProcess]:
-    members = [cluster.spawn(f"{prefix}{i}", mode=mode) for i in range(1, count + 1)]
+                  prefix: str = "c", extra: Sequence[str] = ()) -> list[ConsumerProcess]:
+    members = [cluster.spawn(f"{prefix}{i}", mode=mode, extra=extra)
+               for i in range(1, count + 1)]
     for member in members:
         member.wait_joined()
     return members
@@ -89,10 +90,10 @@ class KillResult:
     after_takeover: list[TP]  # records produced once the take-over was complete
 
 
-def kill_one_of_three(cluster: Cluster, mode: str) -> KillResult:
+def kill_one_of_three(cluster: Cluster, mode: str, extra: Sequence[str] = ()) -> KillResult:
     """Three members settle 4/4/4; kill -9 one while records flow; the others take over."""
     cluster.producer.send(1200)
-    members = start_members(cluster, 3, mode)
+    members = start_members(cluster, 3, mode, extra=extra)
     owners = cluster.watcher.wait_balanced([m.instance_id for m in members], 4, timeout=20)
     victim, survivors = members[0], members[1:]
     survivor_ids = {s.instance_id for s in survivors}
@@ -150,8 +151,12 @@ def test_alo_kill_one_of_three_survivors_take_over_and_nothing_is_lost(
     assert_everything_committed(cluster)
 
 
+#: At-most-once windows of the kill test: small, so the crash bound is a real constraint.
+AMO_WINDOW_RECORDS = 20
+
+
 def test_amo_kill_one_of_three_never_delivers_a_record_twice(cluster: Cluster) -> None:
-    result = kill_one_of_three(cluster, "amo")
+    result = kill_one_of_three(cluster, "amo", extra=("--batch-size", str(AMO_WINDOW_RECORDS)))
     report_kill("amo", result)
     assert result.detected_s < 2 * HI + 3
     assert all(gap > 2 * HI * 1000 for gap in result.gaps_ms), result.gaps_ms
@@ -165,6 +170,12 @@ def test_amo_kill_one_of_three_never_delivers_a_record_twice(cluster: Cluster) -
     lost = set(cluster.producer.produced) - set(printed)
     print(f"[amo] {len(cluster.producer.produced)} records produced, {len(printed)} printed, "
           f"none twice, {len(lost)} never delivered")
+    # The crash bound: only the victim's partitions lose records, each at most the two
+    # windows confirmed ahead of its hand-out; the survivors' graceful stop loses nothing.
+    lost_by_partition = Counter(p for p, _ in lost)
+    assert set(lost_by_partition) <= set(result.victim_partitions), lost_by_partition
+    assert all(n <= 2 * AMO_WINDOW_RECORDS for n in lost_by_partition.values()), \
+        lost_by_partition
     assert_everything_committed(cluster)
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from marshal_py.client.engine import EngineConfig, MemberEngine
 from marshal_py.client.engine_types import Mode
+from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
 from marshal_py.log import MemoryLog, VirtualClock, catch_up
 from marshal_py.world import Owner, Rationalizer, RationalizerConfig
 
@@ -95,12 +96,17 @@ class Simulation:
         self.produced = 0
         self.auditor = Rationalizer(RationalizerConfig(coordination_partitions, hi_ms))
         self.faults = {"crash": 0, "pause": 0, "close": 0, "restart": 0}
+        self.engine_options: dict[str, int] = {}
 
     def new_engine(self, consumer: SimConsumer) -> MemberEngine:
         config = EngineConfig(group_id="sim", client_id=consumer.client_id,
                               instance_id=f"{self.rng.getrandbits(32):08x}", topics=("orders",),
                               mode=self.mode, heartbeat_interval_ms=self.hi,
-                              offset_reset="earliest")
+                              offset_reset="earliest",
+                              amo_window_records=self.engine_options.get(
+                                  "amo_window_records", DEFAULT_AMO_WINDOW_RECORDS),
+                              amo_window_ms=self.engine_options.get(
+                                  "amo_window_ms", DEFAULT_AMO_WINDOW_MS))
         engine = MemberEngine(config, self.log, Rationalizer(RationalizerConfig(
             self.log.partition_count(), self.hi)), self.topic, SimClock(self.clock),
             random.Random(self.rng.getrandbits(32)))
@@ -134,12 +140,14 @@ class Simulation:
         if faults:
             roll = self.rng.random()
             if roll < 0.004:
+                self.crash(consumer)
                 consumer.engine = None  # kill -9: nothing more is written
                 consumer.uncommitted.clear()
                 consumer.buffer.clear()
                 self.faults["crash"] += 1
                 return
             if roll < 0.008:
+                self.crash(consumer)  # a long pause may cost what a crash costs
                 consumer.paused_until = now + self.rng.randint(self.hi // 2, 4 * self.hi)
                 self.faults["pause"] += 1
                 return
@@ -152,6 +160,13 @@ class Simulation:
                 return
         engine = consumer.engine
         engine.tick()
+        self.consume(consumer, engine)
+
+    def crash(self, consumer: SimConsumer) -> None:
+        """Called right before ``consumer`` is killed."""
+
+    def consume(self, consumer: SimConsumer, engine: MemberEngine) -> None:
+        """The application side of one step: commit, fetch, hand out."""
         # Process what was delivered last step (commit after "work").
         for tp, epoch, offset in consumer.uncommitted:
             if engine.commit(tp[0], tp[1], offset, epoch):

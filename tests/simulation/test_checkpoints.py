@@ -139,7 +139,7 @@ def test_a_stable_groups_released_offset_outlives_the_log_retention() -> None:
     assert set(a.holdings) == {("orders", 0), ("orders", 1)}
     for partition, done in ((0, 30), (1, 42)):
         holding = a.holdings[("orders", partition)]
-        holding.tracker.delivered(range(done), done)
+        holding.cursor.handed(list(range(done)), done)
         for offset in range(done):
             a.commit("orders", partition, offset)
     a.flush_commits()
@@ -173,5 +173,5 @@ def test_a_stable_groups_released_offset_outlives_the_log_retention() -> None:
         if ("orders", unclaimed[0]) in c.holdings:
             break
     holding = c.holdings[("orders", unclaimed[0])]
-    assert holding.tracker.committed == expected
+    assert holding.cursor.committed == expected
     assert c.channel.replay_starts[cp] > log.start_position(cp)  # started at a checkpoint

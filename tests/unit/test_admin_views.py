@@ -194,7 +194,7 @@ def test_metrics_collector_reads_a_consumer_defensively_and_stays_monotonic() ->
     from marshal_py.metrics import MarshalCollector
 
     r = replay(lag_scenario())
-    holding = SimpleNamespace(tracker=SimpleNamespace(committed=120))
+    holding = SimpleNamespace(cursor=SimpleNamespace(committed=120))
     engine = SimpleNamespace(
         holdings={("ex", 0): holding},
         stats=SimpleNamespace(heartbeats=7, released=1, amo_batches_confirmed=0),

@@ -1,0 +1,328 @@
+"""HandOut: the delivering side of an exclusive consumer, with no I/O and no clock of its own.
+
+It holds the fetched batches of every leased partition and hands them to the application
+under the rules of PROTOCOL.md section 7, doing its checks once per batch, not per record:
+
+* a batch is handed out only while its partition's lease covers it (``now < deadline``); a
+  lease that lapses stops hand-out at the lapse: what was not handed out is dropped and
+  fetched again once the lease is renewed (or forgotten if the claim is gone);
+* at-most-once hands out only records the log has confirmed (``lease.amo_confirmed``), and
+  asks for the next window as soon as it starts on the last confirmed one, so the
+  confirmation of window k+1 travels while window k is handed out; a crash loses at most
+  the rest of one window and the whole next one;
+* windows are sized by time as well as count: about ``window_ms`` of this partition's
+  measured hand-out rate, at most ``window_records``;
+* it tells the fetching shell which partitions to read and where to seek (:attr:`plan`).
+
+The caller passes the time (``now``, on the engine's monotonic clock) into every call.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from marshal_py.client.lease import PartitionLease, _offset
+
+TP = tuple[str, int]
+
+#: The first at-most-once window of a partition, before its hand-out rate is known.
+FIRST_WINDOW_RECORDS = 100
+
+
+class _Feed:
+    """Fetched, not yet handed-out records of one leased partition."""
+
+    __slots__ = (
+        "asked_at",
+        "asked_from",
+        "batches",
+        "expect",
+        "handed_since_ask",
+        "i",
+        "known_last",
+        "lapsed",
+        "lease",
+        "next_position",
+        "records",
+        "resume_at",
+        "window",
+    )
+
+    def __init__(self, lease: PartitionLease, first_window: int) -> None:
+        self.lease = lease
+        #: Further fetched batches: (records, next position).
+        self.batches: deque[tuple[Sequence[Any], int]] = deque()
+        #: The batch being handed out and the index of its next record.
+        self.records: Sequence[Any] = ()
+        self.i = 0
+        self.next_position = lease.start
+        #: The offset the next fetched record must have at least: a fetcher that goes back
+        #: (a seek it lost) never makes a record go out twice.
+        self.expect = lease.start
+        #: The lease lapsed: nothing is fetched until it is renewed; fetching then resumes
+        #: at ``resume_at``.
+        self.lapsed = False
+        self.resume_at = lease.start
+        #: The highest offset known to exist (fetched, or below the high watermark).
+        self.known_last = lease.start - 1
+        # At-most-once window sizing.
+        self.window = first_window
+        self.asked_from = lease.amo_confirmed
+        self.asked_at = 0.0
+        self.handed_since_ask = 0
+
+    def has_records(self) -> bool:
+        return self.i < len(self.records) or bool(self.batches)
+
+    def current(self) -> bool:
+        """Make ``records[i]`` the next record to hand out; False when none is buffered."""
+        if self.i < len(self.records):
+            return True
+        while self.batches:
+            self.records, self.next_position = self.batches.popleft()
+            self.i = 0
+            if self.records:
+                return True
+        self.records, self.i = (), 0
+        return False
+
+    def untaken_from(self) -> int:
+        """The offset of the first buffered record not handed out (or where fetching is)."""
+        if self.current():
+            return _offset(self.records[self.i])
+        return max(self.next_position, self.lease.cursor.position)
+
+    def drop_buffer(self) -> None:
+        self.batches.clear()
+        self.records, self.i = (), 0
+
+
+class HandOut:
+    """Fetched records of the leased partitions, handed out batch by batch.
+
+    ``mode``: ``"alo"`` or ``"amo"``. ``wake``: called when at-most-once wants a window
+    confirmed (the coordination side confirms it). Single-threaded: the delivering thread.
+    """
+
+    def __init__(self, mode: str, *, window_records: int, window_ms: int,
+                 wake: Callable[[], None] = lambda: None) -> None:
+        self.amo = mode == "amo"
+        self.window_records = window_records
+        self.window_ms = window_ms
+        self.wake = wake
+        self.feeds: dict[TP, _Feed] = {}
+        self._version = -1
+        #: What the fetching shell must do next: (partitions to read, seeks), or None.
+        self.plan: tuple[set[TP], list[tuple[TP, int]]] | None = None
+        #: How many feeds are paused because their lease lapsed.
+        self.lapses = 0
+        #: What the last :meth:`take` handed out: (lease, first offset, last offset) per
+        #: partition, so a commit of the whole batch costs O(partitions).
+        self.slices: list[tuple[PartitionLease, int, int]] = []
+        self._seeks: list[tuple[TP, int]] = []
+        self._order: deque[TP] = deque()
+
+    # -- following the engine's leases ----------------------------------------------------------
+
+    def follow(self, leases: dict[TP, PartitionLease], version: int) -> None:
+        """Take the engine's current leases (``version`` changes with every new dict)."""
+        if version == self._version:
+            return
+        self._version = version
+        changed = False
+        for key in [k for k, f in self.feeds.items() if leases.get(k) is not f.lease]:
+            del self.feeds[key]
+            changed = True
+        self.lapses = sum(1 for f in self.feeds.values() if f.lapsed)
+        for key, lease in leases.items():
+            if key not in self.feeds and not lease.revoked:
+                self.feeds[key] = _Feed(lease, min(self.window_records, FIRST_WINDOW_RECORDS))
+                self._seeks.append((key, lease.start))
+                changed = True
+        if changed:
+            self._replan()
+
+    def _replan(self) -> None:
+        reading = {k for k, f in self.feeds.items() if not f.lapsed}
+        self.plan = (reading, self._seeks)
+        self._seeks = []
+        self._order = deque(k for k in self._order if k in self.feeds)
+
+    def take_plan(self) -> tuple[set[TP], list[tuple[TP, int]]] | None:
+        """The pending change of what to fetch (partitions, seeks), once."""
+        plan, self.plan = self.plan, None
+        return plan
+
+    # -- fetched records ----------------------------------------------------------------------
+
+    def add(self, key: TP, records: Sequence[Any], next_position: int,
+            high_watermark: int | None = None) -> None:
+        """A fetched batch of ``key`` (records in offset order)."""
+        feed = self.feeds.get(key)
+        if feed is None or feed.lapsed or feed.lease.revoked:
+            return  # fetched before the plan changed: not ours to hand out
+        if records and _offset(records[0]) < feed.expect:
+            records = records[bisect_left(records, feed.expect, key=_offset):]
+            next_position = max(next_position, feed.expect)
+        if records:
+            feed.expect = max(feed.expect, _offset(records[-1]) + 1, next_position)
+            feed.batches.append((records, next_position))
+            feed.known_last = max(feed.known_last, _offset(records[-1]))
+            if key not in self._order:
+                self._order.append(key)
+        if high_watermark is not None:
+            feed.known_last = max(feed.known_last, high_watermark - 1)
+
+    def buffered(self) -> bool:
+        """True while some fetched record waits to be handed out (it may wait for a lease
+        renewal or an at-most-once confirmation)."""
+        return any(f.has_records() for f in self.feeds.values())
+
+    # -- handing out ----------------------------------------------------------------------------
+
+    def take(self, max_records: int, now: float) -> list[Any]:
+        """Up to ``max_records`` records that may be handed out at ``now``, committed as
+        handed out in at-most-once mode. O(partitions) Python work, none per record."""
+        out: list[Any] = []
+        slices: list[tuple[PartitionLease, int, int]] = []
+        self.slices = slices
+        for _ in range(len(self._order)):
+            if len(out) >= max_records:
+                break
+            key = self._order[0]
+            self._order.rotate(-1)
+            feed = self.feeds.get(key)
+            if feed is None or not feed.current():
+                continue
+            if not self._lease_covers(feed, now):
+                continue
+            limit = len(feed.records)
+            if self.amo:
+                limit = self._confirmed_end(feed, limit)
+            end = min(limit, feed.i + max_records - len(out))
+            if end <= feed.i:
+                if self.amo:  # all that was confirmed is out: the next window is due now
+                    self._ask_window(feed, now, feed.lease.amo_confirmed + 1)
+                continue
+            batch = feed.records[feed.i:end]
+            next_position = feed.next_position if end == len(feed.records) \
+                else _offset(feed.records[end])
+            if self.amo:
+                feed.lease.cursor.handed_done(batch, next_position)
+                feed.handed_since_ask += len(batch)
+            else:
+                feed.lease.cursor.handed(batch, next_position)
+            feed.i = end
+            out.extend(batch)
+            slices.append((feed.lease, _offset(batch[0]), _offset(batch[-1])))
+            if self.amo:
+                self._ask_window(feed, now, _offset(batch[-1]))
+        self._order = deque(k for k in self._order if k in self.feeds)
+        return out
+
+    def next_batch(self, now: float) -> tuple[_Feed, int] | None:
+        """For iteration: the feed whose records may go out now and the index past the last
+        of them (the lease is checked again per record by the caller)."""
+        for _ in range(len(self._order)):
+            key = self._order[0]
+            self._order.rotate(-1)
+            feed = self.feeds.get(key)
+            if feed is None or not feed.current() or not self._lease_covers(feed, now):
+                continue
+            limit = len(feed.records)
+            if self.amo:
+                limit = self._confirmed_end(feed, limit)
+                if limit <= feed.i:
+                    self._ask_window(feed, now, feed.lease.amo_confirmed + 1)
+                    continue
+                self._ask_window(feed, now, _offset(feed.records[feed.i]))
+            return feed, limit
+        return None
+
+    def _lease_covers(self, feed: _Feed, now: float) -> bool:
+        """True when the feed's lease lets records out at ``now``; otherwise the lapse is
+        handled (buffer dropped, fetching paused or stopped)."""
+        if now < feed.lease.deadline:
+            return True
+        self.lapse(feed)
+        return False
+
+    def lapse(self, feed: _Feed) -> None:
+        """The lease of ``feed`` stopped covering it: drop what was not handed out."""
+        key = (feed.lease.topic, feed.lease.partition)
+        if feed.lease.revoked:
+            self.feeds.pop(key, None)
+        else:
+            feed.resume_at = feed.untaken_from()
+            feed.lapsed = True
+            self.lapses += 1
+        feed.drop_buffer()
+        self._replan()
+
+    def renew_lapsed(self, now: float) -> None:
+        """Resume fetching partitions whose lease was renewed after a lapse."""
+        resumed = False
+        for key, feed in list(self.feeds.items()):
+            if feed.lapsed and now < feed.lease.deadline:
+                feed.lapsed = False
+                feed.expect = feed.resume_at
+                self._seeks.append((key, feed.resume_at))
+                resumed = True
+            elif feed.lapsed and feed.lease.revoked:
+                del self.feeds[key]
+                resumed = True
+        if resumed:
+            self._replan()
+        self.lapses = sum(1 for f in self.feeds.values() if f.lapsed)
+
+    # -- at-most-once windows ---------------------------------------------------------------
+
+    @staticmethod
+    def _confirmed_end(feed: _Feed, limit: int) -> int:
+        """Index past the last buffered record the log confirmed."""
+        confirmed = feed.lease.amo_confirmed
+        if _offset(feed.records[limit - 1]) <= confirmed:
+            return limit
+        return bisect_right(feed.records, confirmed, lo=feed.i, hi=limit, key=_offset)
+
+    def _ask_window(self, feed: _Feed, now: float, begun: int) -> None:
+        """Ask for the next window once the last asked one is confirmed and its hand-out
+        has begun (``begun``: the offset being or last handed out), so at most two windows
+        are ever confirmed ahead of hand-out."""
+        lease = feed.lease
+        if lease.amo_wanted > lease.amo_confirmed:
+            return  # a request is on its way
+        if lease.amo_wanted >= lease.start and begun <= feed.asked_from:
+            return  # the last confirmed window has not begun: it is the second one ahead
+        stalled = begun > lease.amo_confirmed  # everything confirmed is out already
+        want = min(feed.known_last,
+                   lease.amo_confirmed + self._window_size(feed, now, stalled))
+        if want <= lease.amo_confirmed:
+            return
+        feed.asked_from = lease.amo_confirmed
+        lease.amo_wanted = want
+        self.wake()
+
+    def _window_size(self, feed: _Feed, now: float, stalled: bool) -> int:
+        """About ``window_ms`` of this partition's hand-out rate, at most
+        ``window_records``. A window whose hand-out had to wait for its confirmation was too
+        small for the round trip: the next one is twice as large (the measured rate then
+        counts the wait and would keep it small)."""
+        elapsed = now - feed.asked_at
+        if feed.asked_at and elapsed > 0 and feed.handed_since_ask:
+            by_rate = int(feed.handed_since_ask * self.window_ms / elapsed)
+            if stalled:
+                by_rate = max(by_rate, 2 * feed.window)
+            feed.window = max(1, min(self.window_records, by_rate, 8 * feed.window))
+        feed.asked_at = now
+        feed.handed_since_ask = 0
+        return feed.window
+
+    def waiting_for_confirmation(self) -> bool:
+        """At-most-once: some buffered records wait for the log to confirm them."""
+        return self.amo and any(
+            f.has_records() and f.lease.amo_wanted > f.lease.amo_confirmed
+            for f in self.feeds.values())

@@ -1,0 +1,71 @@
+"""MarshalerConfig: every setting of a Marshaler, checked once, in milliseconds.
+
+The public API speaks seconds (as ``Marshaler(heartbeat_interval=10.0)`` does); everything
+inside the library speaks integer milliseconds. :meth:`MarshalerConfig.from_seconds` is the
+one place where the two meet, and ``__post_init__`` the one place where the settings are
+checked (the group-wide rules are :func:`~marshal_py.client.member_base.check_group_settings`,
+which the engines' configs share).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from marshal_py.client.fetchers import FETCHER_KINDS, FetcherKind
+from marshal_py.client.member_base import check_group_settings
+from marshal_py.errors import ConfigurationError
+from marshal_py.protocol.auth import GroupKey
+
+
+def _ms(seconds: float, name: str) -> int:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ConfigurationError(f"{name} must be a number of seconds, not {seconds!r}")
+    return round(seconds * 1000)
+
+
+@dataclass(frozen=True)
+class MarshalerConfig:
+    """The settings of one :class:`~marshal_py.client.marshaler.Marshaler` (milliseconds)."""
+
+    group_id: str
+    client_id: str
+    heartbeat_interval_ms: int
+    replay_window_ms: int
+    checkpoint_interval_ms: int
+    offsets_retention_ms: int
+    timeout_ms: int
+    auth_keys: tuple[GroupKey, ...] = ()
+    fetcher: FetcherKind = "kafka-python"
+
+    def __post_init__(self) -> None:
+        check_group_settings(self.group_id, self.client_id, self.heartbeat_interval_ms,
+                             self.replay_window_ms, self.checkpoint_interval_ms)
+        if self.offsets_retention_ms < 60_000:
+            raise ConfigurationError("offsets_retention must be at least 60 seconds")
+        if self.timeout_ms <= 0:
+            raise ConfigurationError("timeout must be > 0 seconds")
+        if any(not isinstance(k, GroupKey) for k in self.auth_keys):
+            raise ConfigurationError("auth_keys must be GroupKey objects (see "
+                                     "marshal_py.load_group_keys)")
+        if len({k.key_id for k in self.auth_keys}) != len(self.auth_keys):
+            raise ConfigurationError("auth_keys hold the same key id twice")
+        if self.fetcher not in FETCHER_KINDS:
+            raise ConfigurationError(
+                f"fetcher must be one of {', '.join(map(repr, FETCHER_KINDS))}, "
+                f"not {self.fetcher!r}")
+
+    @classmethod
+    def from_seconds(cls, *, group_id: str, client_id: str, heartbeat_interval: float,
+                     replay_window: float, checkpoint_interval: float,
+                     offsets_retention: float, timeout: float,
+                     auth_keys: Sequence[GroupKey] = (),
+                     fetcher: FetcherKind = "kafka-python") -> MarshalerConfig:
+        """Build from the public API's seconds (the one conversion in the library)."""
+        return cls(group_id=group_id, client_id=client_id,
+                   heartbeat_interval_ms=_ms(heartbeat_interval, "heartbeat_interval"),
+                   replay_window_ms=_ms(replay_window, "replay_window"),
+                   checkpoint_interval_ms=_ms(checkpoint_interval, "checkpoint_interval"),
+                   offsets_retention_ms=_ms(offsets_retention, "offsets_retention"),
+                   timeout_ms=_ms(timeout, "timeout"),
+                   auth_keys=tuple(auth_keys), fetcher=fetcher)

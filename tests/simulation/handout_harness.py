@@ -1,0 +1,101 @@
+"""The simulation of :mod:`tests.simulation.harness` with the threaded Consumer's delivery
+path: a :class:`~marshal_py.client.handout.HandOut` over the engine's published leases, commits
+through the commit cursors, at-most-once windows asked by the hand-out and confirmed by the
+engine's next step (so a window is always confirmed one step after it was asked, while the
+previous one is handed out)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from marshal_py.client.engine import MemberEngine
+from marshal_py.client.handout import HandOut
+from marshal_py.client.lease import PartitionLease
+from marshal_py.log import catch_up
+from tests.simulation.harness import TP, Delivery, SimConsumer, Simulation
+
+
+class SimRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+
+
+class HandOutSimulation(Simulation):
+    """``window_records``: at-most-once windows hold at most this many records."""
+
+    def __init__(self, seed: int, mode: str, *, window_records: int = 4, **options: int) -> None:
+        super().__init__(seed, mode, **options)  # type: ignore[arg-type]
+        self.window_records = window_records
+        self.engine_options = {"amo_window_records": window_records, "amo_window_ms": 300}
+        self.handouts: dict[str, HandOut] = {}
+        self.positions: dict[str, dict[TP, int]] = {}
+        self.pending: dict[str, list[tuple[PartitionLease, SimRecord]]] = {}
+        #: Records a crash (or a pause) may lose: confirmed in the log, not handed out.
+        self.may_lose: set[tuple[int, int]] = set()
+        self.largest_loss = 0
+
+    def new_engine(self, consumer: SimConsumer) -> MemberEngine:
+        engine = super().new_engine(consumer)
+        self.handouts[consumer.client_id] = HandOut(
+            self.mode, window_records=self.window_records, window_ms=300)
+        self.positions[consumer.client_id] = {}
+        self.pending[consumer.client_id] = []
+        return engine
+
+    def crash(self, consumer: SimConsumer) -> None:
+        """Note what a successor will skip: the confirmed windows not handed out."""
+        engine = consumer.engine
+        assert engine is not None
+        if self.mode != "amo":
+            return
+        catch_up(self.log, self.auditor, range(self.log.partition_count()))
+        for (topic, partition), lease in engine.leases.items():
+            claim = self.auditor.claim("sim", topic, partition)
+            if claim.owner != engine.me or claim.amo_claimed_offset is None:
+                continue
+            lost = range(lease.cursor.committed, claim.amo_claimed_offset + 1)
+            # At most the rest of the window being handed out and the next one.
+            assert len(lost) <= 2 * self.window_records, (lease, claim)
+            self.largest_loss = max(self.largest_loss, len(lost))
+            self.may_lose.update((partition, o) for o in lost)
+
+    def consume(self, consumer: SimConsumer, engine: MemberEngine) -> None:
+        name = consumer.client_id
+        handout = self.handouts[name]
+        for lease, record in self.pending[name]:  # "work" done: commit
+            if not lease.revoked:
+                lease.cursor.commit(record.offset)
+                self.committed_at[(engine.me.instance_id, (record.topic, record.partition),
+                                   record.offset)] = self.clock()
+        self.pending[name] = []
+        handout.follow(engine.leases, engine.lease_version)
+        if handout.lapses:
+            handout.renew_lapsed(float(self.clock()))
+        positions = self.positions[name]
+        plan = handout.take_plan()
+        if plan is not None:
+            reading, seeks = plan
+            for key in [k for k in positions if k not in reading]:
+                del positions[key]
+            for key, offset in seeks:
+                if key in reading:
+                    positions[key] = offset
+        for (topic, partition), position in list(positions.items()):
+            offsets = self.topic.fetch(partition, position, self.rng.randint(1, 5))
+            if offsets:
+                handout.add((topic, partition), [SimRecord(topic, partition, o) for o in offsets],
+                            offsets[-1] + 1, len(self.topic.records[partition]))
+                positions[(topic, partition)] = offsets[-1] + 1
+        self.deliver(consumer, self.rng.randint(0, 12))
+
+    def deliver(self, consumer: SimConsumer, count: int) -> None:
+        engine = consumer.engine
+        assert engine is not None
+        handout = self.handouts[consumer.client_id]
+        for record in handout.take(count, float(self.clock())):
+            tp = (record.topic, record.partition)
+            self.on_delivery(engine.me, tp)
+            self.deliveries.append(Delivery(consumer.client_id, engine.me.instance_id, tp,
+                                            record.offset, self.clock()))
+            self.pending[consumer.client_id].append((handout.feeds[tp].lease, record))
