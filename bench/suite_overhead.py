@@ -25,8 +25,9 @@ then the Spark readers):
   - ``amo-poll``: ours, AMO, the same ``poll``;
   - ``amo-iter``: ours, AMO, ``for record in consumer``;
   - ``ck`` (anchor of the ``ck-*`` readers): a confluent-kafka ``Consumer``, ``assign`` at
-    ``OFFSET_BEGINNING`` (a throwaway ``group.id``, no commits), ``consume(500, 0.2)``,
-    skipping error messages;
+    ``OFFSET_BEGINNING`` (a throwaway ``group.id``, no commits), ``consume(500, 0)`` and,
+    when nothing is there, ``consume(1, 0.2)`` (what our fetcher does), skipping error
+    messages;
   - ``ck-alo-poll``, ``ck-alo-batch``, ``ck-amo-poll``: ours with ``fetcher="confluent"``
     (librdkafka fetches), read as ``alo-poll``, ``alo-batch``, ``amo-poll``.
 
@@ -36,10 +37,9 @@ then the Spark readers):
   ``fetch.wait.max.ms`` 100, ``isolation.level`` read_uncommitted; see
   ``marshal_py.client.fetchers.ConfluentFetcher``), so the ratio is our layer, not librdkafka
   tuning; it assigns its partitions after *go* (librdkafka prefetches from ``assign`` on,
-  which before the clock would read ahead outside it), as our fetcher does. ``consume(500,
-  0.2)`` returns fewer than 500 messages only when the 0.2 s run out, so a ``ck`` process
-  whose share is not a multiple of 500 hands out its last records 0.2 s late (3 processes:
-  about 0.2 s of 0.3 s at N = 200,000); our fetcher takes what is there instead.
+  which before the clock would read ahead outside it), as our fetcher does. (A plain
+  ``consume(500, 0.2)`` returns fewer than 500 messages only when the 0.2 s run out, so it
+  would hand out a process's last records 0.2 s late.)
 
   A marshal group is fresh each run, so joining and claiming (and, with 3 members, the
   hand-overs as the others join) are inside the measured time. The clock runs from *go* to
@@ -130,7 +130,7 @@ READERS: tuple[ReaderKind, ...] = (
                "kafka-python", "alo", "batch", "kp-poll"),
     ReaderKind("amo-poll", "marshal AMO, poll()", "kafka-python", "amo", "poll", "kp-poll"),
     ReaderKind("amo-iter", "marshal AMO, iteration", "kafka-python", "amo", "iter", "kp-iter"),
-    ReaderKind("ck", "confluent-kafka, manual assignment, consume(500, 0.2 s)",
+    ReaderKind("ck", "confluent-kafka, manual assignment, consume(500)",
                "confluent", None, "poll"),
     ReaderKind("ck-alo-poll", "marshal ALO, confluent fetcher, poll() + commit(record) each",
                "confluent", "alo", "poll", "ck"),
@@ -318,7 +318,10 @@ def _prepare_confluent(order: dict[str, Any]) -> Any:
         try:
             consumer.assign(tps)  # inside the clock: librdkafka fetches from here on
             while not stop.is_set():
-                for m in fetch(num_messages=POLL_RECORDS, timeout=POLL_TIMEOUT_S):
+                # What is there, else wait for one record (as our fetcher does): consume(500,
+                # 0.2) would wait the whole 0.2 s for a batch that cannot fill at the end.
+                msgs = fetch(POLL_RECORDS, 0) or fetch(1, POLL_TIMEOUT_S)
+                for m in msgs:
                     if m.error() is None:
                         see(m.partition(), m.offset())
         finally:
@@ -569,9 +572,9 @@ def _report(ctx: BenchContext, records: int, python: dict[tuple[str, int], list[
              "also run the broker. Anchors: kp-iter (kafka-python iteration) for alo-iter "
              "and amo-iter; kp-poll (kafka-python poll) for alo-poll, alo-batch, amo-poll; "
              "ck (confluent-kafka consume, with the librdkafka settings of our confluent "
-             "fetcher) for the ck-* readers; its consume(500, 0.2 s) waits the full 0.2 s "
-             "for a last batch of fewer than 500. AMO at its defaults (windows of 10,000 "
-             "records or 0.1 s)."]))
+             "fetcher) for the ck-* readers, taking what is there or waiting for one message "
+             "as our fetcher does. AMO at its defaults (windows of at most 10,000 records "
+             "and about 0.1 s)."]))
     base = _rates(spark_runs["kafka"], records)
     spark_rows = []
     for kind_name in SPARK_READERS:
