@@ -397,8 +397,7 @@ def claim_latency(bootstrap: str, admin: KafkaAdminClient, joins: int,
 
             wait_for(f"join {i + 1} to hold {wanted} partitions", holds_all, 30)
             result.join_s.append(time.monotonic() - started)
-            with m._lock:
-                won = list(consumer._engine.stats.claim_latencies_ms)
+            won = list(consumer.stats.claim_latencies_ms)
             if won:
                 result.latencies_ms.extend(won)
                 result.first_of_join_ms.append(won[0])
@@ -544,7 +543,7 @@ def read_marshal(bootstrap: str, topic: str, records: int, mode: str,
         if not done:
             raise BenchError(f"marshal {mode.upper()} read {tally.progressed:,}/{records:,} "
                              f"records in {_deadline_s(records):.0f} s")
-        stats = consumer._engine.stats
+        stats = consumer.stats
         if mode == "amo":
             extra = (f"{stats.amo_batches_confirmed:,} batches confirmed "
                      f"({records / max(1, stats.amo_batches_confirmed):,.0f} records each), "

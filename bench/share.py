@@ -164,7 +164,7 @@ def _consume(marshaler: Any, topic: str, work_ms: float) -> dict[str, Any]:
     if not error:  # on an error the parent is told at once (it aborts the benchmark)
         stopper.join(timeout=30)
     cpu_s = time.process_time() - cpu_at_go
-    stats = consumer._engine.stats
+    stats = consumer.stats
     distinct = sorted(set(delivered))
     return {
         "delivered": len(delivered),

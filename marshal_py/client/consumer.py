@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from kafka import TopicPartition
 
 from marshal_py.client.coordinator import FollowingCoordinator
-from marshal_py.client.engine import MemberEngine
+from marshal_py.client.engine import EngineStats, MemberEngine
 from marshal_py.client.fetchers import DataFetcher, FetcherKind, open_fetcher
 from marshal_py.client.handout import HandOut
 from marshal_py.client.lease import REVOKED, PartitionLease
@@ -259,6 +259,12 @@ class Consumer:
                 lease.cursor.commit_through(next_offset - 1)
 
     # -- state and life cycle ------------------------------------------------------------------
+
+    @property
+    def stats(self) -> EngineStats:
+        """The engine's counters: claims, heartbeats, at-most-once windows, claim latencies
+        (read them between calls; they change under the coordination thread)."""
+        return self._engine.stats
 
     def high_watermark(self, topic: str, partition: int) -> int | None:
         """The end of ``topic``/``partition`` as the last fetch saw it (no request)."""

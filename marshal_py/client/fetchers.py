@@ -238,6 +238,12 @@ def librdkafka_config(config: KafkaLogConfig) -> dict[str, Any]:
     return props
 
 
+def require_confluent() -> None:
+    """Raise :class:`ConfigurationError` naming the pip command when confluent-kafka is not
+    installed (or too old) for ``fetcher="confluent"``."""
+    _confluent()
+
+
 def _confluent() -> Any:
     """The confluent_kafka module, imported on first use."""
     fix = "pip install 'marshal_py[librdkafka]'"

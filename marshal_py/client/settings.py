@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from marshal_py.client.fetchers import FETCHER_KINDS, FetcherKind
+from marshal_py.client.fetchers import FETCHER_KINDS, FetcherKind, require_confluent
 from marshal_py.client.member_base import check_group_settings
 from marshal_py.errors import ConfigurationError
 from marshal_py.protocol.auth import GroupKey
@@ -54,6 +54,8 @@ class MarshalerConfig:
             raise ConfigurationError(
                 f"fetcher must be one of {', '.join(map(repr, FETCHER_KINDS))}, "
                 f"not {self.fetcher!r}")
+        if self.fetcher == "confluent":
+            require_confluent()  # a missing extra is said now, not at the first consumer
 
     @classmethod
     def from_seconds(cls, *, group_id: str, client_id: str, heartbeat_interval: float,

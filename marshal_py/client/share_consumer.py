@@ -18,7 +18,7 @@ from kafka import KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
 from marshal_py.client.member_consumer import MemberConsumer
-from marshal_py.client.share_engine import ShareEngine
+from marshal_py.client.share_engine import ShareEngine, ShareStats
 from marshal_py.errors import BrokerUnavailableError, ConfigurationError, MarshalError
 from marshal_py.log.kafka import KafkaLogConfig
 from marshal_py.protocol.messages import ACK_KINDS
@@ -234,6 +234,11 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
             self._dead_letter(record, "delivery-limit")
         with self._lock:
             return self._engine.ack(record.topic, record.partition, record.offset, kind)
+
+    @property
+    def stats(self) -> ShareStats:
+        """The share engine's counters (acquisitions, records acquired, ...)."""
+        return self._engine.stats
 
     def _close_engine(self) -> None:
         """Accept (implicit mode) what was handed out, release the rest, leave."""
