@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from kafka import TopicPartition
 
 from marshal_py.client.coordinator import FollowingCoordinator
+from marshal_py.client.delivery import StopAndErrors
 from marshal_py.client.engine import EngineStats, MemberEngine
 from marshal_py.client.fetchers import DataFetcher, FetcherKind, open_fetcher
 from marshal_py.client.handout import HandOut
@@ -36,7 +37,7 @@ TP = tuple[str, int]
 _monotonic = time.monotonic
 
 
-class Consumer:
+class Consumer(StopAndErrors):
     """Iterate (or :meth:`poll`) to receive records; commit them when done.
 
     Create it with :meth:`Marshaler.consumer`. At-least-once (``mode="alo"``): a record is
@@ -64,11 +65,7 @@ class Consumer:
         self.topics = topics
         self.mode = engine.config.mode
         self._max_batch = max_poll_records
-        self._stop = threading.Event()
-        self._closed = False
-        self._error: BaseException | None = None
-        #: Records handed out to the application so far (read by marshal_py.metrics).
-        self.records_delivered = 0
+        super().__init__()
         self._fetcher: DataFetcher = open_fetcher(fetcher, kafka)
         self._guard = threading.Lock() if self.mode == "amo" else None
         if self._guard is not None:
@@ -274,18 +271,6 @@ class Consumer:
         """The partitions this member holds now."""
         return {TopicPartition(t, p) for t, p in self._engine.leases}
 
-    def stop(self) -> None:
-        """End iteration soon; safe from any thread and from signal handlers."""
-        self._stop.set()
-
-    def _set_error(self, exc: BaseException) -> None:
-        self._error = exc
-
-    def _raise_background_error(self) -> None:
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-
     def close(self) -> None:
         """Stop the coordination thread, release every partition with its committed offset
         and leave the group, then close the Kafka clients. Idempotent."""
@@ -306,7 +291,4 @@ class Consumer:
 
     def __enter__(self) -> Consumer:
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 

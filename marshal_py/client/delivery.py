@@ -9,12 +9,11 @@ from typing import Generic, TypeVar
 R = TypeVar("R")
 
 
-class DeliveryLoop(Generic[R]):
-    """Iteration, stop and background-error plumbing of a consumer.
+class StopAndErrors:
+    """Stopping and background-error plumbing every consumer has.
 
-    Subclasses provide ``_next_buffered()`` (a record that may be handed out now, or None),
-    ``_fetch(timeout_s)`` (fill the buffer) and ``close()``; they report a fatal error of their
-    coordination thread by setting ``_error`` and ``_stop``.
+    The coordination thread reports a fatal error with :meth:`_set_error` (and sets
+    ``_stop``); the application's thread raises it at its next call.
     """
 
     def __init__(self) -> None:
@@ -24,13 +23,37 @@ class DeliveryLoop(Generic[R]):
         #: Records handed out to the application so far (read by marshal_py.metrics).
         self.records_delivered = 0
 
+    def _set_error(self, exc: BaseException) -> None:
+        """Report a fatal error of the coordination thread to the iterating thread."""
+        self._error = exc
+
+    def _raise_background_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def stop(self) -> None:
+        """End iteration soon; safe from any thread and from signal handlers."""
+        self._stop.set()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class DeliveryLoop(StopAndErrors, Generic[R]):
+    """Iteration over a buffer that a fetch loop fills.
+
+    Subclasses provide ``_next_buffered()`` (a record that may be handed out now, or None),
+    ``_fetch(timeout_s)`` (fill the buffer) and ``close()``.
+    """
+
     def _next_buffered(self) -> R | None:
         raise NotImplementedError
 
     def _fetch(self, timeout_s: float) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
         raise NotImplementedError
 
     def _drain(self, max_records: int) -> list[R]:
@@ -43,15 +66,6 @@ class DeliveryLoop(Generic[R]):
             out.append(record)
         self.records_delivered += len(out)
         return out
-
-    def _set_error(self, exc: BaseException) -> None:
-        """Report a fatal error of the coordination thread to the iterating thread."""
-        self._error = exc
-
-    def _raise_background_error(self) -> None:
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
 
     def __iter__(self) -> Iterator[R]:
         return self
@@ -67,9 +81,3 @@ class DeliveryLoop(Generic[R]):
                 raise StopIteration
             self._fetch(timeout_s=0.2)
 
-    def stop(self) -> None:
-        """End iteration soon; safe from any thread and from signal handlers."""
-        self._stop.set()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 
 from marshal_py.client.engine_types import EngineClock, PartitionSource
 from marshal_py.client.holdings import (
@@ -21,7 +20,6 @@ from marshal_py.client.holdings import (
     Holding,
     HoldingMember,
 )
-from marshal_py.errors import ConfigurationError, CoordinationLogLostError, MarshalError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.protocol import ClaimingPartition, Message
 from marshal_py.world import Owner, PartitionClaim, Rationalizer
@@ -103,30 +101,11 @@ class MemberEngine(HoldingMember):
             self._balance(topic)
         self.channel.maybe_checkpoint(self.me)
 
-    @contextmanager
-    def _stopping_if_log_lost(self) -> Iterator[None]:
-        """If the coordination log turns out recreated, forget every claim at once (nothing
-        more is handed out), stop for good, and let the error propagate."""
-        try:
-            yield
-        except CoordinationLogLostError:
-            self._drop_all()
-            self._closed = True
-            log.error("%s: the coordination log was recreated under this member; it stopped "
-                      "delivering and stops", self.config.group_id)
-            raise
-
     def _refresh(self) -> bool:
         """Catch up with the log (unless the caller follows it) and update every holding
         from it; False if the log failed."""
-        if not self.follows_log:
-            try:
-                self._catch_up()
-            except (CoordinationLogLostError, ConfigurationError):
-                raise  # the log was recreated, or credentials or ACLs were refused: fatal
-            except MarshalError as exc:
-                log.warning("cannot read the coordination log: %s", exc)
-                return False
+        if not self.follows_log and not self._try_catch_up():
+            return False
         self._sync_with_world()
         return True
 

@@ -168,6 +168,11 @@ class KafkaPythonFetcher:
                 batches.append(FetchedBatch(tp.topic, tp.partition, records, end))
         return batches
 
+    @property
+    def consumer(self) -> KafkaConsumer:
+        """The kafka-python consumer, for code that needs more than this interface."""
+        return self._consumer
+
     def high_watermark(self, topic: str, partition: int) -> int | None:
         """See :meth:`DataFetcher.high_watermark`."""
         value = self._consumer.highwater(TopicPartition(topic, partition))

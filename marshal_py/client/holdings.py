@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from marshal_py.client.engine_types import Balance, EngineClock, Mode, PartitionSource
 from marshal_py.client.lease import CommitCursor, PartitionLease
 from marshal_py.client.member_base import GroupMember, MemberConfig
-from marshal_py.errors import ConfigurationError, CoordinationLogLostError, MarshalError
+from marshal_py.errors import ConfigurationError, MarshalError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.protocol import (
     ClaimingMessages,
@@ -186,12 +186,7 @@ class HoldingMember(GroupMember[EngineConfig]):
 
     def _read_back(self, written: list[CoordinationRecord]) -> bool:
         """Read our just-written records back and update the holdings; False on failure."""
-        try:
-            self.channel.read_back(written)
-        except (CoordinationLogLostError, ConfigurationError):
-            raise
-        except MarshalError as exc:
-            log.warning("cannot read the coordination log: %s", exc)
+        if not self._try_catch_up(lambda: self.channel.read_back(written)):
             return False
         self._sync_with_world()
         return True

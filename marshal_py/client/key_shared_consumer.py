@@ -113,11 +113,11 @@ class KeySharedConsumer(MemberConsumer[ConsumerRecord]):
             self._stop.wait(min(timeout_s, 0.1))
             return
         polled = self._poll_data(timeout_s, FETCH_RECORDS)
-        for tp, records in polled.items():
-            epoch = self._epochs.get((tp.topic, tp.partition))
+        for batch in polled:
+            epoch = self._epochs.get((batch.topic, batch.partition))
             if epoch is None:
                 continue
-            for record in records:
+            for record in batch.records:
                 self.stats.records_fetched += 1
                 self.stats.bytes_fetched += _size(record)
                 self._buffer.append((record, epoch))

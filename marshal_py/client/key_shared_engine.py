@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 
 from marshal_py.client.engine_types import EngineClock, PartitionSource
 from marshal_py.client.member_base import GroupMember, MemberConfig
-from marshal_py.errors import ConfigurationError, CoordinationLogLostError, MarshalError
+from marshal_py.errors import MarshalError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.protocol import (
     KEY_SLOTS,
@@ -264,12 +264,7 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
 
     def _refresh(self) -> bool:
         """Catch up with the log and reconcile every holding with it; False if the log failed."""
-        try:
-            self._catch_up()
-        except (CoordinationLogLostError, ConfigurationError):
-            raise  # the log was recreated, or credentials or ACLs were refused: fatal
-        except MarshalError as exc:
-            log.warning("cannot read the coordination log: %s", exc)
+        if not self._try_catch_up():
             return False
         for (topic, partition), holding in self.holdings.items():
             state = self._state(topic, partition)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -230,11 +232,29 @@ class GroupMember(Generic[ConfigT]):
                                self._announced_capacity())
 
     def _catch_up(self) -> None:
-        """Read the log to its end. If the log went back (recreated under us), forget every
-        claim at once — nothing more is handed out — and stop for good (the error
-        propagates; a later close writes nothing to the new topic)."""
-        try:
+        """Read the log to its end (see :meth:`_stopping_if_log_lost`)."""
+        with self._stopping_if_log_lost():
             self.channel.catch_up()
+
+    def _try_catch_up(self, read: Callable[[], object] | None = None) -> bool:
+        """:meth:`_catch_up` (or ``read``); False (logged) when the log cannot be read now.
+        A recreated log and refused credentials or ACLs stay fatal."""
+        try:
+            (read or self._catch_up)()
+        except (CoordinationLogLostError, ConfigurationError):
+            raise
+        except MarshalError as exc:
+            log.warning("cannot read the coordination log: %s", exc)
+            return False
+        return True
+
+    @contextmanager
+    def _stopping_if_log_lost(self) -> Iterator[None]:
+        """If the coordination log turns out recreated (or truncated) under this member,
+        forget every claim at once -- nothing more is handed out -- and stop for good; the
+        error propagates, and a later close writes nothing to the new topic."""
+        try:
+            yield
         except CoordinationLogLostError:
             self._drop_all()
             self._closed = True

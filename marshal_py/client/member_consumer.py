@@ -13,13 +13,12 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+from kafka import TopicPartition
 
 from marshal_py.client.coordinator import CoordinationThread
 from marshal_py.client.delivery import DeliveryLoop
+from marshal_py.client.fetchers import FetchedBatch, KafkaPythonFetcher
 from marshal_py.log.kafka import KafkaLogConfig
-from marshal_py.log.kafka_auth import connection_error, data_topic_error
 
 if TYPE_CHECKING:
     from marshal_py.client.host import MemberHost
@@ -43,12 +42,8 @@ class MemberConsumer(DeliveryLoop[R], Generic[R]):
         self._host = host
         self._lock = host.lock
         self._kafka = kafka
-        try:
-            self._data = KafkaConsumer(group_id=None, enable_auto_commit=False,
-                                       auto_offset_reset="earliest", fetch_max_wait_ms=200,
-                                       **kafka.client_config(KafkaConsumer))
-        except (KafkaConnectionError, KafkaTimeoutError) as exc:  # refused credentials?
-            raise connection_error(kafka, exc) from exc
+        self._fetcher = KafkaPythonFetcher(kafka)
+        self._data = self._fetcher.consumer
         #: The fetch epoch the data consumer was positioned for, per partition it reads.
         self._epochs: dict[TP, int] = {}
         self._thread: CoordinationThread | None = None
@@ -96,20 +91,13 @@ class MemberConsumer(DeliveryLoop[R], Generic[R]):
         """The buffered (record, epoch) pairs still of their partition's current epoch."""
         return deque((r, e) for r, e in buffer if self._epochs.get((r.topic, r.partition)) == e)
 
-    def _poll_data(self, timeout_s: float, max_records: int) -> dict[TopicPartition, list[Any]]:
-        """Fetch with the data consumer; a Kafka failure becomes BrokerUnavailableError."""
-        try:
-            polled: dict[TopicPartition, list[Any]] = self._data.poll(
-                timeout_ms=int(timeout_s * 1000), max_records=max_records)
-        except KafkaError as exc:  # a missing READ ACL names the topic and what to grant
-            raise data_topic_error(self._kafka, exc, f"fetching records failed: {exc}") \
-                from exc
-        return polled
+    def _poll_data(self, timeout_s: float, max_records: int) -> list[FetchedBatch]:
+        """Fetch with the data consumer; a Kafka failure becomes a MarshalError."""
+        return self._fetcher.poll(timeout_s, max_records)
 
     def high_watermark(self, topic: str, partition: int) -> int | None:
         """The end of ``topic``/``partition`` as the last fetch saw it (no request)."""
-        value = self._data.highwater(TopicPartition(topic, partition))
-        return None if value is None else int(value)
+        return self._fetcher.high_watermark(topic, partition)
 
     # -- shutdown -------------------------------------------------------------------------------
 
@@ -127,7 +115,7 @@ class MemberConsumer(DeliveryLoop[R], Generic[R]):
             try:
                 self._close_engine()
             finally:
-                for client in [self._data, *self._other_clients()]:
+                for client in [self._fetcher, *self._other_clients()]:
                     try:
                         client.close()
                     except Exception:  # closing must not mask the error that led here

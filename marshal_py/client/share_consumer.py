@@ -131,8 +131,8 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
             starts[tp] = position
         # Fetch only as far as the acquired offsets reach: the rest belongs to others.
         polled = self._poll_data(timeout_s, max(1, min(1_000, span)))
-        for tp_obj, records in polled.items():
-            tp = (tp_obj.topic, tp_obj.partition)
+        for batch in polled:
+            tp, records = (batch.topic, batch.partition), batch.records
             with self._lock:
                 waiting = self._to_fetch.get(tp, {})
                 if not records:
