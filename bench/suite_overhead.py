@@ -35,8 +35,8 @@ then the Spark readers):
   ``amo_window`` = 0.1 s, confirmed in ``__marshal`` ahead of hand-out). The ``ck`` anchor
   gets the librdkafka settings our confluent fetcher sets (``fetch.queue.backoff.ms`` 10,
   ``fetch.wait.max.ms`` 100, ``isolation.level`` read_uncommitted; see
-  ``marshal_py.client.fetchers.ConfluentFetcher``), so the ratio is our layer, not librdkafka
-  tuning; it assigns its partitions after *go* (librdkafka prefetches from ``assign`` on,
+  ``marshal_py.client.confluent_fetcher.ConfluentFetcher``), so the ratio is our layer, not
+  librdkafka tuning; it assigns its partitions after *go* (librdkafka prefetches from ``assign`` on,
   which before the clock would read ahead outside it), as our fetcher does. (A plain
   ``consume(500, 0.2)`` returns fewer than 500 messages only when the 0.2 s run out, so it
   would hand out a process's last records 0.2 s late.)
@@ -93,7 +93,7 @@ PROCESS_COUNTS = (1, 3)
 #: What every poll-style reader asks for per call (kafka-python's poll, ours, consume).
 POLL_TIMEOUT_S = 0.2
 POLL_RECORDS = 500
-#: librdkafka settings our confluent fetcher sets (marshal_py.client.fetchers.ConfluentFetcher)
+#: librdkafka settings our confluent fetcher sets (marshal_py.client.confluent_fetcher)
 #: that change how fast it reads; the ``ck`` anchor gets them too.
 CK_TUNING: dict[str, Any] = {"fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 100,
                              "isolation.level": "read_uncommitted"}

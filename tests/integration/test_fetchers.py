@@ -15,13 +15,12 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 
+from marshal_py.client.confluent_fetcher import ConfluentRecord, librdkafka_config
 from marshal_py.client.fetchers import (
     FETCHER_KINDS,
-    ConfluentRecord,
     DataFetcher,
     FetchedBatch,
     FetcherKind,
-    librdkafka_config,
     open_fetcher,
 )
 from marshal_py.errors import BrokerUnavailableError, ConfigurationError
@@ -225,7 +224,7 @@ def test_an_unreachable_broker_is_broker_unavailable_in_bounded_time(kind: Fetch
 
 def test_kafka_python_settings_become_librdkafka_properties(
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, "marshal_py.client.fetchers")
+    caplog.set_level(logging.DEBUG, "marshal_py.client.confluent_fetcher")
     settings = {"security_protocol": "sasl_ssl", "sasl_mechanism": "SCRAM-SHA-512",
                 "sasl_plain_username": "alice", "sasl_plain_password": "secret",
                 "ssl_cafile": "/ca.pem", "ssl_check_hostname": False, "client_id": "me",
