@@ -29,7 +29,7 @@ from marshal_py.client.lease import PartitionLease, _offset
 TP = tuple[str, int]
 
 #: The first at-most-once window of a partition, before its hand-out rate is known.
-FIRST_WINDOW_RECORDS = 100
+FIRST_WINDOW_RECORDS = 16
 
 
 class _Feed:
@@ -48,6 +48,8 @@ class _Feed:
         "next_position",
         "records",
         "resume_at",
+        "stalled_at",
+        "waited",
         "window",
     )
 
@@ -73,6 +75,10 @@ class _Feed:
         self.asked_from = lease.amo_confirmed
         self.asked_at = 0.0
         self.handed_since_ask = 0
+        #: When hand-out began waiting for a confirmation (None: it is not waiting), and how
+        #: long it waited since the last ask: the rate of a window leaves that time out.
+        self.stalled_at: float | None = None
+        self.waited = 0.0
 
     def has_records(self) -> bool:
         return self.i < len(self.records) or bool(self.batches)
@@ -205,7 +211,7 @@ class HandOut:
             end = min(limit, feed.i + max_records - len(out))
             if end <= feed.i:
                 if self.amo:  # all that was confirmed is out: the next window is due now
-                    self._ask_window(feed, now, feed.lease.amo_confirmed + 1)
+                    self._stall(feed, now)
                 continue
             batch = feed.records[feed.i:end]
             next_position = feed.next_position if end == len(feed.records) \
@@ -213,6 +219,7 @@ class HandOut:
             if self.amo:
                 feed.lease.cursor.handed_done(batch, next_position)
                 feed.handed_since_ask += len(batch)
+                self._unstall(feed, now)
             else:
                 feed.lease.cursor.handed(batch, next_position)
             feed.i = end
@@ -236,8 +243,9 @@ class HandOut:
             if self.amo:
                 limit = self._confirmed_end(feed, limit)
                 if limit <= feed.i:
-                    self._ask_window(feed, now, feed.lease.amo_confirmed + 1)
+                    self._stall(feed, now)
                     continue
+                self._unstall(feed, now)
                 self._ask_window(feed, now, _offset(feed.records[feed.i]))
             return feed, limit
         return None
@@ -297,28 +305,38 @@ class HandOut:
             return  # a request is on its way
         if lease.amo_wanted >= lease.start and begun <= feed.asked_from:
             return  # the last confirmed window has not begun: it is the second one ahead
-        stalled = begun > lease.amo_confirmed  # everything confirmed is out already
-        want = min(feed.known_last,
-                   lease.amo_confirmed + self._window_size(feed, now, stalled))
+        want = min(feed.known_last, lease.amo_confirmed + self._window_size(feed, now))
         if want <= lease.amo_confirmed:
             return
         feed.asked_from = lease.amo_confirmed
         lease.amo_wanted = want
         self.wake()
 
-    def _window_size(self, feed: _Feed, now: float, stalled: bool) -> int:
-        """About ``window_ms`` of this partition's hand-out rate, at most
-        ``window_records``. A window whose hand-out had to wait for its confirmation was too
-        small for the round trip: the next one is twice as large (the measured rate then
-        counts the wait and would keep it small)."""
-        elapsed = now - feed.asked_at
-        if feed.asked_at and elapsed > 0 and feed.handed_since_ask:
-            by_rate = int(feed.handed_since_ask * self.window_ms / elapsed)
-            if stalled:
-                by_rate = max(by_rate, 2 * feed.window)
+    def _stall(self, feed: _Feed, now: float) -> None:
+        """Records wait for a confirmation: ask for the window now, note since when."""
+        if feed.stalled_at is None:
+            feed.stalled_at = now
+        self._ask_window(feed, now, feed.lease.amo_confirmed + 1)
+
+    @staticmethod
+    def _unstall(feed: _Feed, now: float) -> None:
+        if feed.stalled_at is not None:
+            feed.waited += now - feed.stalled_at
+            feed.stalled_at = None
+
+    def _window_size(self, feed: _Feed, now: float) -> int:
+        """About ``window_ms`` of this partition's hand-out rate, at most ``window_records``
+        and at most eight times the previous window. The rate leaves out the time hand-out
+        waited for confirmations (a window too small for the round trip would otherwise stay
+        small), but not the time it waited for records (a partition that trickles keeps
+        small windows, so a crash loses little of it)."""
+        elapsed = now - feed.asked_at - feed.waited
+        if feed.asked_at and feed.handed_since_ask:
+            by_rate = int(feed.handed_since_ask * self.window_ms / max(elapsed, 1e-3))
             feed.window = max(1, min(self.window_records, by_rate, 8 * feed.window))
         feed.asked_at = now
         feed.handed_since_ask = 0
+        feed.waited = 0.0
         return feed.window
 
     def waiting_for_confirmation(self) -> bool:
