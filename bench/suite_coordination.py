@@ -389,8 +389,8 @@ def run(ctx: BenchContext) -> SuiteReport:
             ["percentile", "ours: claim (ms)", "anchor: kafka-python commit (ms)",
              "ours / anchor"], rows,
             ["Ours: a member joining a 12-partition topic with `max_claims=1` (HI 1 s), "
-             "`stats.claim_latencies_ms`: an `acks=all` append to `__marshal`, then a "
-             "catch-up read (ListOffsets, Fetch) and applying it. Anchor: "
+             "`stats.claim_latencies_ms`: an `acks=all` append to `__marshal`, then one "
+             "Fetch reading it back and applying it. Anchor: "
              "`KafkaConsumer.commit({tp: offset})` to the group coordinator (one round "
              "trip; the broker appends to `__consumer_offsets`)."]))
         plots.append(Plot("Claim latency vs offset commit", "bar", "percentile", "ms",

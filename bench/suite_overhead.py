@@ -73,6 +73,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import statistics
 import sys
 import threading
 import time
@@ -186,11 +187,14 @@ class _Reader:
     def __init__(self) -> None:
         self.next: dict[int, int] = {}
         self.last_at: dict[int, float] = {}
+        self.first_at: float | None = None
         self.count = 0
         self.lock = threading.Lock()
 
     def see(self, partition: int, offset: int) -> None:
         with self.lock:
+            if self.first_at is None:
+                self.first_at = time.time()
             if offset >= self.next.get(partition, 0):
                 self.next[partition] = offset + 1
                 self.last_at[partition] = time.time()
@@ -198,7 +202,7 @@ class _Reader:
 
     def report(self, key: str) -> None:
         with self.lock:
-            _say(**{key: True, "count": self.count,
+            _say(**{key: True, "count": self.count, "first_at": self.first_at,
                     "next": {str(p): n for p, n in self.next.items()},
                     "last_at": {str(p): t for p, t in self.last_at.items()}})
 
@@ -410,6 +414,8 @@ class Run:
     duplicates: int
     wall_s: float = 0.0
     """The whole run, process start-up and shut-down included (for estimating run time)."""
+    first_s: float = 0.0
+    """Go to the first record handed out (joining and claiming, for ours)."""
 
 
 def run_python(ctx: BenchContext, kind: str, processes: int, topic: str, ends: dict[int, int],
@@ -457,7 +463,10 @@ def run_python(ctx: BenchContext, kind: str, processes: int, topic: str, ends: d
     if delivered < records:
         raise BenchError(f"{kind} x {processes}: every partition reached its end but only "
                          f"{delivered:,} of {records:,} records were handed out")
-    return Run(done_at - go, delivered, delivered - records, time.perf_counter() - began)
+    firsts = [f["first_at"] for f in finals if f.get("first_at") is not None]
+    first_s = min(firsts) - go if firsts else 0.0
+    return Run(done_at - go, delivered, delivered - records, time.perf_counter() - began,
+               first_s)
 
 
 def _spark_session() -> Any:
@@ -546,28 +555,41 @@ def _rates(runs: list[Run], records: int) -> Measured:
     return Measured([records / r.seconds for r in runs], "records/s")
 
 
+def _steady_rates(runs: list[Run], records: int) -> Measured:
+    """Records/s from the first record handed out to the last (joining left out)."""
+    return Measured([records / max(1e-6, r.seconds - r.first_s) for r in runs], "records/s")
+
+
 def _report(ctx: BenchContext, records: int, python: dict[tuple[str, int], list[Run]],
             spark_runs: dict[str, list[Run]], spark_start_s: float) -> SuiteReport:
     report = SuiteReport("overhead", ctx.command)
     for n in PROCESS_COUNTS:
         rates = {k.name: _rates(python[(k.name, n)], records) for k in READERS}
+        steady = {k.name: _steady_rates(python[(k.name, n)], records) for k in READERS}
         rows = []
         for kind in READERS:
-            dups = [r.duplicates for r in python[(kind.name, n)]]
+            runs = python[(kind.name, n)]
+            dups = [r.duplicates for r in runs]
+            first = statistics.median(r.first_s for r in runs)
             if kind.anchor is None:
-                anchor, versus = "—", "anchor"
+                anchor, versus, steady_versus = "—", "anchor", "anchor"
             else:
                 anchor = kind.anchor
                 versus = ratio(rates[kind.name].median, rates[kind.anchor].median)
+                steady_versus = ratio(steady[kind.name].median, steady[kind.anchor].median)
             rows.append([kind.name, kind.label, rates[kind.name].cell(), anchor, versus,
+                         f"{first:.2f}", f"{steady[kind.name].median:,.0f}", steady_versus,
                          f"{max(dups):,}"])
         processes = "1 process" if n == 1 else f"{n} processes"
         report.tables.append(Table(
             f"Exclusive consumers, {processes}, {records:,} records of 100 B over "
             f"{PARTITIONS} partitions (records/s, median (range) of {ctx.repeat})",
-            ["reader", "what", "records/s", "anchor", "ours / anchor", "duplicates (max)"],
+            ["reader", "what", "records/s", "anchor", "ours / anchor", "first record (s)",
+             "records/s after the first", "ours / anchor after the first", "duplicates (max)"],
             rows,
-            ["Go to the last record handed out; marshal joining and claiming (fresh group, "
+            ["records/s: go to the last record handed out; first record: go to the first "
+             "record handed out (median); after the first: from the first record to the "
+             "last, joining left out. Marshal joining and claiming (fresh group, "
              f"HI {HI_S:g} s) included, Python start-up not. Separate processes; 2 cores "
              "also run the broker. Anchors: kp-iter (kafka-python iteration) for alo-iter "
              "and amo-iter; kp-poll (kafka-python poll) for alo-poll, alo-batch, amo-poll; "

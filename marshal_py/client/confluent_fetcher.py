@@ -220,6 +220,11 @@ class ConfluentFetcher:
         if meta.partitions:
             self._known.add(topic)
 
+    def prepare(self, topics: Iterable[str]) -> None:
+        """See :meth:`DataFetcher.prepare`."""
+        for topic in set(topics) - self._known:
+            self._look_up(topic, set())
+
     def assignment(self) -> set[TP]:
         """See :meth:`DataFetcher.assignment`."""
         return set(self._positions)

@@ -67,6 +67,11 @@ class Consumer(StopAndErrors):
         self._max_batch = max_poll_records
         super().__init__()
         self._fetcher: DataFetcher = open_fetcher(fetcher, kafka)
+        try:
+            self._fetcher.prepare(topics)
+        except BaseException:
+            self._fetcher.close()
+            raise
         self._guard = threading.Lock() if self.mode == "amo" else None
         if self._guard is not None:
             engine.handout_guard = self._guard

@@ -31,7 +31,7 @@ from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from marshal_py.errors import (
     ConfigurationError,
 )
-from marshal_py.log.kafka import KafkaLogConfig
+from marshal_py.log.kafka import KafkaLogConfig, quick_metadata
 from marshal_py.log.kafka_auth import connection_error, data_topic_error
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,10 @@ class DataFetcher(Protocol):
         ``starts[partition]`` (the earliest offset when not given). Prefer ``starts`` to a
         :meth:`seek` right after: librdkafka cannot seek a partition it has just been
         given."""
+
+    def prepare(self, topics: Iterable[str]) -> None:
+        """Learn the metadata of ``topics`` now, so the first fetch of their partitions does
+        not wait for it."""
 
     def assignment(self) -> set[TP]:
         """The partitions assigned."""
@@ -109,9 +113,9 @@ class KafkaPythonFetcher:
     def __init__(self, config: KafkaLogConfig) -> None:
         self._config, self._closed = config, False
         try:
-            self._consumer = KafkaConsumer(group_id=None, enable_auto_commit=False,
-                                           auto_offset_reset="earliest", fetch_max_wait_ms=200,
-                                           **config.client_config(KafkaConsumer))
+            self._consumer = quick_metadata(KafkaConsumer(
+                group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
+                fetch_max_wait_ms=200, **config.client_config(KafkaConsumer)))
         except (KafkaConnectionError, KafkaTimeoutError) as exc:  # refused credentials?
             raise connection_error(config, exc) from exc
 
@@ -124,6 +128,15 @@ class KafkaPythonFetcher:
         for key, offset in (starts or {}).items():
             if key in added:
                 self._consumer.seek(TopicPartition(*key), offset)
+
+    def prepare(self, topics: Iterable[str]) -> None:
+        """See :meth:`DataFetcher.prepare`."""
+        for topic in topics:
+            try:
+                self._consumer.partitions_for_topic(topic)
+            except KafkaError as exc:
+                raise data_topic_error(self._config, exc, f"metadata of {topic} failed: "
+                                       f"{exc}", topic) from exc
 
     def assignment(self) -> set[TP]:
         """See :meth:`DataFetcher.assignment`."""

@@ -130,6 +130,11 @@ class Marshaler:
             group_keys={group_id: keys} if keys else {},
         ))
         self._warn_if_retention_too_short()
+        try:
+            self._log.warm_up()  # joining a group then waits for no connection
+        except BaseException:
+            self._log.close()
+            raise
         self.clock = BrokerClock()
         self._consumer: Consumer | ShareConsumer | KeySharedConsumer | BatchMember | None = None
         self._source: KafkaPartitionSource | None = None
@@ -410,6 +415,12 @@ class Marshaler:
                     f"topic {topic!r} does not exist on {self._log_config.bootstrap_servers}; "
                     "create it or check the name"
                 )
+        try:
+            for topic in topics:
+                source.warm_up(topic)
+        except BaseException:
+            source.close()
+            raise
         return source
 
     def _member_closed(self, member: object) -> None:
