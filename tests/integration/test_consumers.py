@@ -428,7 +428,8 @@ def test_consume_of_a_missing_topic_exits_2_naming_it(kafka_bootstrap: str,
     assert "does not exist" in lines[0]
 
 
-def test_print_writes_one_json_object_per_record(cluster: Cluster) -> None:
+@pytest.mark.parametrize("fetcher", ["kafka-python", "confluent"])
+def test_print_writes_one_json_object_per_record(cluster: Cluster, fetcher: str) -> None:
     sent = [
         (None, "héllo wörld".encode()),  # no key, UTF-8 value
         (b"k1", b"\xff\xfe\x00\x01"),  # value that is not UTF-8
@@ -436,7 +437,8 @@ def test_print_writes_one_json_object_per_record(cluster: Cluster) -> None:
         (b"\xc3\x28", b"v"),  # key that is not UTF-8
     ]
     assert cluster.producer.send_raw(sent, partition=5) == [0, 1, 2, 3]
-    proc = cluster.spawn("printer", extra=["--max-records", str(len(sent))])
+    proc = cluster.spawn("printer", extra=["--max-records", str(len(sent)),
+                                           "--fetcher", fetcher])
     assert proc.wait(timeout=60) == 0, proc.stderr_text()
     lines = proc.stdout_path.read_text().splitlines()
     assert len(lines) == len(sent)
