@@ -113,8 +113,8 @@ class Consumer(StopAndErrors):
                 self._fetcher.seek(topic, partition, offset)
 
     def _fill(self, timeout_s: float) -> None:
-        """Fetch more records into the hand-out buffer (or wait for the engine)."""
-        self._follow_engine()
+        """Fetch more records into the hand-out buffer (or wait for the engine); call right
+        after :meth:`_follow_engine`."""
         handout = self._handout
         if not handout.feeds or not self._fetcher.assignment():
             self._stop.wait(min(timeout_s, 0.05))
@@ -122,7 +122,7 @@ class Consumer(StopAndErrors):
         if handout.waiting_for_confirmation():
             # Wait for the engine's next step (it confirms the window) without holding the
             # interpreter; fetch on only while little is buffered.
-            if sum(len(f.records) - f.i for f in handout.feeds.values()) >= self._max_batch:
+            if handout.buffered_count() >= self._max_batch:
                 self._coordinator.stepped.clear()
                 self._coordinator.stepped.wait(min(timeout_s, 0.02))
                 return

@@ -156,7 +156,6 @@ class FollowingCoordinator(_MemberThread):
         self._woken = threading.Event()
         #: Set after every step: the delivering thread waits on it for confirmations.
         self.stepped = threading.Event()
-        self.steps = 0
 
     def wake(self) -> None:
         """Run a step soon (safe from any thread)."""
@@ -186,7 +185,6 @@ class FollowingCoordinator(_MemberThread):
             if self._arrived or self._woken.is_set() or self._now_ms() >= self._due:
                 self._woken.clear()
                 self._step()
-                self.steps += 1
                 self.stepped.set()
                 self._due = self._next_due_ms()
             wait_s = min(self._cap_s, max(0.0, (self._due - self._now_ms()) / 1000))

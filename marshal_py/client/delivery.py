@@ -1,4 +1,5 @@
-"""What both consumers share: blocking iteration over a buffer that a fetch loop fills."""
+"""What consumers share: stopping and errors of the coordination thread (every consumer), and
+blocking iteration over a buffer that a fetch loop fills (share and key-shared consumers)."""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ class MemberEngine(HoldingMember):
         if self._closed:
             return
         self._closed = True
-        self._release_all()
+        self._release(list(self.holdings), "closing", closing=True)
         self._leave()
 
     # -- the periodic step -------------------------------------------------------------------
@@ -232,7 +232,7 @@ class MemberEngine(HoldingMember):
         if not any(held.get(c, 0) < len(mine) - 1 for c in others):
             return  # alone, or nobody with room: keep going rather than release in vain
         self._last_balance_release_ms[topic] = now
-        self._release(topic, [worst], f"behind by {lags[worst]} records")
+        self._release([(topic, worst)], f"behind by {lags[worst]} records")
 
     def _release_for_balance(self, topic: str, count: int, mine: list[int], now: int) -> None:
         if now - self._last_balance_release_ms.get(topic, -(2**62)) < self.hi:
@@ -245,7 +245,8 @@ class MemberEngine(HoldingMember):
         if deficit <= 0 or excess <= 0:
             return  # nobody could take it: keep consuming rather than release in vain
         self._last_balance_release_ms[topic] = now
-        self._release(topic, mine[len(mine) - min(excess, deficit):], "for another member")
+        self._release([(topic, p) for p in mine[len(mine) - min(excess, deficit):]],
+                      "for another member")
 
     def _claimable(self, claim: PartitionClaim, now: int) -> bool:
         owner = claim.owner

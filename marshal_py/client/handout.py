@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from marshal_py.client.lease import PartitionLease, _offset
+from marshal_py.client.lease import PartitionLease, offset_of
 
 TP = tuple[str, int]
 
@@ -98,7 +98,7 @@ class _Feed:
     def untaken_from(self) -> int:
         """The offset of the first buffered record not handed out (or where fetching is)."""
         if self.current():
-            return _offset(self.records[self.i])
+            return offset_of(self.records[self.i])
         return max(self.next_position, self.lease.cursor.position)
 
     def drop_buffer(self) -> None:
@@ -170,13 +170,13 @@ class HandOut:
         feed = self.feeds.get(key)
         if feed is None or feed.lapsed or feed.lease.revoked:
             return  # fetched before the plan changed: not ours to hand out
-        if records and _offset(records[0]) < feed.expect:
-            records = records[bisect_left(records, feed.expect, key=_offset):]
+        if records and offset_of(records[0]) < feed.expect:
+            records = records[bisect_left(records, feed.expect, key=offset_of):]
             next_position = max(next_position, feed.expect)
         if records:
-            feed.expect = max(feed.expect, _offset(records[-1]) + 1, next_position)
+            feed.expect = max(feed.expect, offset_of(records[-1]) + 1, next_position)
             feed.batches.append((records, next_position))
-            feed.known_last = max(feed.known_last, _offset(records[-1]))
+            feed.known_last = max(feed.known_last, offset_of(records[-1]))
             if key not in self._order:
                 self._order.append(key)
         if high_watermark is not None:
@@ -215,7 +215,7 @@ class HandOut:
                 continue
             batch = feed.records[feed.i:end]
             next_position = feed.next_position if end == len(feed.records) \
-                else _offset(feed.records[end])
+                else offset_of(feed.records[end])
             if self.amo:
                 feed.lease.cursor.handed_done(batch, next_position)
                 feed.handed_since_ask += len(batch)
@@ -224,9 +224,9 @@ class HandOut:
                 feed.lease.cursor.handed(batch, next_position)
             feed.i = end
             out.extend(batch)
-            slices.append((feed.lease, _offset(batch[0]), _offset(batch[-1])))
+            slices.append((feed.lease, offset_of(batch[0]), offset_of(batch[-1])))
             if self.amo:
-                self._ask_window(feed, now, _offset(batch[-1]))
+                self._ask_window(feed, now, offset_of(batch[-1]))
         self._order = deque(k for k in self._order if k in self.feeds)
         return out
 
@@ -246,7 +246,7 @@ class HandOut:
                     self._stall(feed, now)
                     continue
                 self._unstall(feed, now)
-                self._ask_window(feed, now, _offset(feed.records[feed.i]))
+                self._ask_window(feed, now, offset_of(feed.records[feed.i]))
             return feed, limit
         return None
 
@@ -292,9 +292,9 @@ class HandOut:
     def _confirmed_end(feed: _Feed, limit: int) -> int:
         """Index past the last buffered record the log confirmed."""
         confirmed = feed.lease.amo_confirmed
-        if _offset(feed.records[limit - 1]) <= confirmed:
+        if offset_of(feed.records[limit - 1]) <= confirmed:
             return limit
-        return bisect_right(feed.records, confirmed, lo=feed.i, hi=limit, key=_offset)
+        return bisect_right(feed.records, confirmed, lo=feed.i, hi=limit, key=offset_of)
 
     def _ask_window(self, feed: _Feed, now: float, begun: int) -> None:
         """Ask for the next window once the last asked one is confirmed and its hand-out
@@ -338,6 +338,11 @@ class HandOut:
         feed.handed_since_ask = 0
         feed.waited = 0.0
         return feed.window
+
+    def buffered_count(self) -> int:
+        """How many fetched records wait to be handed out."""
+        return sum(len(f.records) - f.i + sum(len(b) for b, _ in f.batches)
+                   for f in self.feeds.values())
 
     def waiting_for_confirmation(self) -> bool:
         """At-most-once: some buffered records wait for the log to confirm them."""

@@ -238,30 +238,25 @@ class HoldingMember(GroupMember[EngineConfig]):
                 if self._try_append(self._release_message(holding)):
                     self.stats.released += 1
 
-    def _release_all(self) -> None:
-        """Release every partition with its committed offset (errors are logged)."""
-        held = [self._drop(key) for key in list(self.holdings)]
+    def _release(self, keys: list[TP], why: str, *, closing: bool = False) -> None:
+        """Stop holding ``keys`` and write their releases with the committed offsets in one
+        batch. Refused credentials or ACLs stay fatal unless ``closing``; other failures are
+        logged (the claims then go stale)."""
+        held = [self._drop(key) for key in keys]
         if not held:
             return
         try:
             self.channel.append_all([self._release_message(h) for h in held])
-            self.stats.released += len(held)
-        except MarshalError as exc:
-            log.warning("could not release %s: %s",
-                        ", ".join(f"{h.topic}/{h.partition}" for h in held), exc)
-
-    def _release(self, topic: str, partitions: list[int], why: str) -> None:
-        held = [self._drop((topic, partition)) for partition in partitions]
-        try:
-            self.channel.append_all([self._release_message(h) for h in held])
         except ConfigurationError:
-            raise
+            if not closing:
+                raise
+            log.warning("could not release %s: refused", _names(held))
+            return
         except MarshalError as exc:
-            log.warning("could not release %s/%s: %s", topic, partitions, exc)
+            log.warning("could not release %s: %s", _names(held), exc)
             return
         self.stats.released += len(held)
-        for holding in held:
-            log.info("released %s/%d (%s)", topic, holding.partition, why)
+        log.info("released %s (%s)", _names(held), why)
 
     # -- at-most-once windows -----------------------------------------------------------------
 
@@ -412,3 +407,7 @@ class HoldingMember(GroupMember[EngineConfig]):
 
     def _release_message(self, holding: Holding) -> Message:
         return self._partition_message(ReleasingPartition, holding, holding.cursor.committed)
+
+
+def _names(held: list[Holding]) -> str:
+    return ", ".join(f"{h.topic}/{h.partition}" for h in held)

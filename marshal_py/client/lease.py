@@ -28,8 +28,9 @@ from typing import Any
 REVOKED = float("-inf")
 
 
-def _offset(item: Any) -> int:
-    """The offset of a delivered item: a record (``.offset``) or a bare offset."""
+def offset_of(item: Any) -> int:
+    """The offset of a handed-out item: a record (``.offset``) or a bare offset (the
+    engine's interface for simulations and micro-batch members passes offsets)."""
     return item if type(item) is int else int(item.offset)
 
 
@@ -74,12 +75,12 @@ class CommitCursor:
         if self.expect >= self.end:
             batches.clear()
             self._done.clear()
-            self.expect = _offset(batch[0])
+            self.expect = offset_of(batch[0])
         else:
-            while batches and _offset(batches[0][-1]) < self.expect:
+            while batches and offset_of(batches[0][-1]) < self.expect:
                 batches.popleft()
         batches.append(batch)
-        self.end = _offset(batch[-1]) + 1
+        self.end = offset_of(batch[-1]) + 1
         self.position = max(self.end, next_position)
         self.committed = self.expect
 
@@ -93,15 +94,15 @@ class CommitCursor:
         application (the lease lapsed): forget them; fetching restarts at ``offset``."""
         offset = max(offset, min(self.expect, self.end))
         batches = self._batches
-        while batches and _offset(batches[-1][0]) >= offset:
+        while batches and offset_of(batches[-1][0]) >= offset:
             batches.pop()
-        if batches and _offset(batches[-1][-1]) >= offset:
+        if batches and offset_of(batches[-1][-1]) >= offset:
             last = batches.pop()
-            batches.append(last[:bisect_left(last, offset, key=_offset)])
+            batches.append(last[:bisect_left(last, offset, key=offset_of)])
         self._done = {o for o in self._done if o < offset}
         self.end = min(self.end, offset)
         if batches and batches[-1]:
-            self.end = min(self.end, _offset(batches[-1][-1]) + 1)
+            self.end = min(self.end, offset_of(batches[-1][-1]) + 1)
         self.position = offset
         self.expect = min(self.expect, self.end)
         self._advance()  # ``expect`` may now stand on offsets that hold no record
@@ -155,9 +156,9 @@ class CommitCursor:
     def _next_handed(self, offset: int) -> int | None:
         """The first handed-out offset at or after ``offset`` (None: none before ``end``)."""
         for batch in self._batches:
-            if _offset(batch[-1]) < offset:
+            if offset_of(batch[-1]) < offset:
                 continue
-            return _offset(batch[bisect_left(batch, offset, key=_offset)])
+            return offset_of(batch[bisect_left(batch, offset, key=offset_of)])
         return None
 
     @property
