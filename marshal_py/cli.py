@@ -42,6 +42,7 @@ from marshal_py.client.engine_types import Balance, Mode, OffsetReset
 from marshal_py.client.fetchers import FETCHER_KINDS, FetcherKind
 from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
 from marshal_py.client.key_shared_consumer import KeySharedConsumer
+from marshal_py.client.settings import ISOLATION_LEVELS, IsolationLevel
 from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
 from marshal_py.errors import MarshalError
 from marshal_py.log.kafka import KafkaLog
@@ -337,6 +338,10 @@ def _record_json(record: Any) -> dict[str, object]:
               show_default=True,
               help="alo/amo: the client that fetches records: kafka-python, or confluent "
                    "(librdkafka, several times faster; pip install 'marshal_py[librdkafka]').")
+@click.option("--isolation-level", type=click.Choice(list(ISOLATION_LEVELS)),
+              help="read_committed: only records of committed transactions, up to the last "
+                   "stable offset; read_uncommitted: every record, aborted ones too.  "
+                   "[default: --command-config's isolation.level, else read_committed]")
 @click.option("--max-records", type=click.IntRange(min=1),
               help="Stop (commit and release) after N records.")
 @click.option("--print", "print_records", is_flag=True,
@@ -349,7 +354,7 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
             max_claims: int | None, release_lag: int | None, lock_duration: float,
             delivery_limit: int, start_datetime: str | None, dead_letter_topic: str | None,
             release_offsets: str, batch_size: int | None, amo_window: float, fetcher: str,
-            max_records: int | None, print_records: bool) -> None:
+            isolation_level: str | None, max_records: int | None, print_records: bool) -> None:
     """Consume topics as a member of GROUP until SIGTERM / Ctrl-C, then commit and release."""
     from marshal_py.client.marshaler import Marshaler
 
@@ -361,9 +366,11 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
     try:
         start_metrics(marshaler)  # --metrics-port: serves until the command ends
         reset = cast(OffsetReset, offset_reset)
+        isolation = cast(IsolationLevel | None, isolation_level)
         consumer: Consumer | ShareConsumer | KeySharedConsumer
         if mode == "key-shared":
-            consumer = marshaler.consumer(list(topics), "key-shared", offset_reset=reset)
+            consumer = marshaler.consumer(list(topics), "key-shared", offset_reset=reset,
+                                          isolation_level=isolation)
         elif mode == "share":
             start_time = None
             if start_datetime is not None:
@@ -379,13 +386,14 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
                                           delivery_limit=delivery_limit,
                                           batch_size=batch_size or 100,
                                           dead_letter_topic=dead_letter_topic,
-                                          acknowledgement="explicit", start_time=start_time)
+                                          acknowledgement="explicit", start_time=start_time,
+                                          isolation_level=isolation)
         else:
             consumer = marshaler.consumer(list(topics), cast(Mode, mode), offset_reset=reset,
                                           balance=cast(Balance, balance),
                                           max_claims=max_claims, release_lag=release_lag,
                                           amo_batch_size=batch_size or DEFAULT_AMO_WINDOW_RECORDS,
-                                          amo_window=amo_window)
+                                          amo_window=amo_window, isolation_level=isolation)
         click.echo(f"marshal consume: member {marshaler.client_id} "
                    f"(instance {marshaler.instance_id}) of {group} on {', '.join(topics)}",
                    err=True)

@@ -26,7 +26,9 @@ it understands (:data:`SUPPORTED_KEYS`):
   name) or empty (do not);
 * ``client.id``, ``request.timeout.ms``, ``metadata.max.age.ms``, ``retry.backoff.ms``,
   ``reconnect.backoff.ms``, ``reconnect.backoff.max.ms``, ``connections.max.idle.ms``,
-  ``send.buffer.bytes``, ``receive.buffer.bytes``, ``client.dns.lookup``.
+  ``send.buffer.bytes``, ``receive.buffer.bytes``, ``client.dns.lookup``;
+* ``isolation.level`` (``read_committed`` or ``read_uncommitted``): how consumers read data
+  topics when ``--isolation-level`` does not say.
 
 Any other key is a :class:`~marshal_py.errors.ConfigurationError` naming the key, the file and
 the line, as is a setting that cannot work (a SASL protocol without credentials, a
@@ -72,7 +74,7 @@ _OTHER_KEYS = (
     "security.protocol", "sasl.mechanism", "sasl.jaas.config",
     "ssl.truststore.location", "ssl.truststore.type", "ssl.keystore.location",
     "ssl.keystore.type", "ssl.key.password", "ssl.endpoint.identification.algorithm",
-    "client.id", "client.dns.lookup",
+    "client.id", "client.dns.lookup", "isolation.level",
 )
 SUPPORTED_KEYS: tuple[str, ...] = tuple(sorted((*_OTHER_KEYS, *_INT_SETTINGS, *_FILE_SETTINGS)))
 """The Java property names :func:`load_properties` understands."""
@@ -461,4 +463,11 @@ class _Mapper:
                 raise self.fail("client.dns.lookup",
                                 f"client.dns.lookup={lookup} is not one of {', '.join(choices)}")
             self.out["client_dns_lookup"] = lookup
+        isolation = self.value("isolation.level")
+        if isolation is not None:
+            choices = ("read_committed", "read_uncommitted")
+            if isolation not in choices:
+                raise self.fail("isolation.level",
+                                f"isolation.level={isolation} is not one of {', '.join(choices)}")
+            self.out["isolation_level"] = isolation
 

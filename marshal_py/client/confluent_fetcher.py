@@ -157,6 +157,8 @@ class ConfluentFetcher:
         self._config, self._closed, self._one_topic = config, True, True
         self._reported: list[Any] = []  # what librdkafka reported through error_cb
         self._positions: dict[TP, int | None] = {}
+        #: Partitions whose librdkafka position follows ours (see :meth:`_passed`).
+        self._trusted: set[TP] = set()
         self._known: set[str] = set()  # topics whose leaders librdkafka knows
         self._missing: set[str] = set()
         props = {"fetch.queue.backoff.ms": 10, "fetch.wait.max.ms": 100,
@@ -201,6 +203,7 @@ class ConfluentFetcher:
                                                for t, p in added])
         self._positions = {key: starts.get(key, self._positions.get(key)) if key in added
                            else self._positions.get(key) for key in wanted}
+        self._trusted -= added | gone
         self._one_topic = len({t for t, _ in wanted}) <= 1
 
     def _look_up(self, topic: str, partitions: set[int]) -> None:
@@ -245,6 +248,7 @@ class ConfluentFetcher:
             self._consumer.incremental_unassign([tp])
             self._consumer.incremental_assign([tp])
         self._positions[(topic, partition)] = offset
+        self._trusted.discard((topic, partition))
 
     def high_watermark(self, topic: str, partition: int) -> int | None:
         """See :meth:`DataFetcher.high_watermark`."""
@@ -284,7 +288,7 @@ class ConfluentFetcher:
                     or self._handle(m.error(), m.topic(), m.partition())]
         n = len(msgs)
         if not n:
-            return []
+            return self._passed()
         parts = list(map(message.partition, msgs))  # C-level passes: no Python per record
         if self._one_topic and parts.count(parts[0]) == n:
             runs: Iterable[tuple[int, int]] = ((0, n),)
@@ -303,7 +307,34 @@ class ConfluentFetcher:
         for (topic, partition), records in found.items():
             self._positions[(topic, partition)] = end = records[-1][2] + 1
             batches.append(FetchedBatch(topic, partition, records, end))
+        self._trusted.update(found)
+        if n < max_records:
+            batches += self._passed()
         return batches
+
+    def _passed(self) -> list[FetchedBatch]:
+        """Positions that moved past offsets holding no record (transaction markers, aborted
+        records under read_committed): librdkafka's position passes them, the last record's
+        offset does not. Asked only when a poll is not full (one call for every partition);
+        a partition sought or just assigned is asked again only once records came from its
+        new position (until then librdkafka may still report the old one)."""
+        trusted = [key for key in self._trusted if key in self._positions]
+        if not trusted:
+            return []
+        tp = self._ck.TopicPartition
+        try:
+            positions = self._consumer.position([tp(t, p) for t, p in trusted])
+        except self._ck.KafkaException:
+            return []
+        out = []
+        for found_tp in positions:
+            key = (found_tp.topic, found_tp.partition)
+            known = self._positions.get(key)
+            if known is None or found_tp.offset <= known:
+                continue
+            self._positions[key] = found_tp.offset
+            out.append(FetchedBatch(key[0], key[1], [], found_tp.offset))
+        return out
 
     def _handle(self, err: Any, topic: str | None, partition: int | None) -> bool:
         """Log an error librdkafka reported and go on (False: drop its message), or raise."""

@@ -106,12 +106,17 @@ def open_fetcher(kind: FetcherKind, config: KafkaLogConfig) -> DataFetcher:
 class KafkaPythonFetcher:
     """A kafka-python ``KafkaConsumer`` without group; records are its ``ConsumerRecord`` s.
     ``next_position`` is the larger of the last offset + 1 and the consumer's fetch position
-    (which passes a compacted tail or a transaction marker)."""
+    (which passes a compacted tail or a transaction marker). A poll that is not full also
+    reports, as a batch without records, each partition whose position passed offsets that
+    hold no record (a marker fetched after the last record, an aborted transaction under
+    read_committed): O(partitions), only when the consumer is not saturated."""
 
     kind = "kafka-python"
 
     def __init__(self, config: KafkaLogConfig) -> None:
         self._config, self._closed = config, False
+        #: The position last reported per partition (records-less batches report growth).
+        self._reported: dict[TopicPartition, int] = {}
         try:
             self._consumer = quick_metadata(KafkaConsumer(
                 group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
@@ -125,9 +130,11 @@ class KafkaPythonFetcher:
         wanted = set(partitions)
         added = wanted - self.assignment()
         self._consumer.assign([TopicPartition(t, p) for t, p in wanted])
+        self._reported = {tp: end for tp, end in self._reported.items()
+                          if (tp.topic, tp.partition) in wanted and tp not in added}
         for key, offset in (starts or {}).items():
             if key in added:
-                self._consumer.seek(TopicPartition(*key), offset)
+                self.seek(*key, offset)
 
     def prepare(self, topics: Iterable[str]) -> None:
         """See :meth:`DataFetcher.prepare`."""
@@ -144,7 +151,9 @@ class KafkaPythonFetcher:
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """See :meth:`DataFetcher.seek`."""
-        self._consumer.seek(TopicPartition(topic, partition), offset)
+        tp = TopicPartition(topic, partition)
+        self._consumer.seek(tp, offset)
+        self._reported[tp] = offset
 
     def position(self, topic: str, partition: int) -> int | None:
         """See :meth:`DataFetcher.position` (does not wait for an offset lookup)."""
@@ -166,13 +175,26 @@ class KafkaPythonFetcher:
                 from exc
         states = getattr(getattr(self._consumer, "_subscription", None), "assignment", {})
         batches = []
+        reported = self._reported
+        count = 0
         for tp, records in polled.items():
             if records:
+                count += len(records)
                 end = records[-1].offset + 1
                 fetch = getattr(states.get(tp), "position", None)  # a local read: ~0.1 us
                 if fetch is not None and fetch.offset > end:
                     end = fetch.offset
+                reported[tp] = end
                 batches.append(FetchedBatch(tp.topic, tp.partition, records, end))
+        if count < max_records:  # the fetch may have passed records-less offsets elsewhere
+            for tp, state in states.items():
+                fetch = getattr(state, "position", None)
+                if fetch is not None and fetch.offset > reported.get(tp, fetch.offset) \
+                        and tp not in polled:
+                    reported[tp] = fetch.offset
+                    batches.append(FetchedBatch(tp.topic, tp.partition, [], fetch.offset))
+                elif tp not in reported and fetch is not None:
+                    reported[tp] = fetch.offset
         return batches
 
     @property

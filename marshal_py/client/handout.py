@@ -92,6 +92,9 @@ class _Feed:
             self.i = 0
             if self.records:
                 return True
+            # Offsets that hold no record (transaction markers, aborted or compacted records)
+            # and come after every record handed out: the position passes them.
+            self.lease.cursor.handed((), self.next_position)
         self.records, self.i = (), 0
         return False
 
@@ -166,7 +169,8 @@ class HandOut:
 
     def add(self, key: TP, records: Sequence[Any], next_position: int,
             high_watermark: int | None = None) -> None:
-        """A fetched batch of ``key`` (records in offset order)."""
+        """A fetched batch of ``key`` (records in offset order; none when the fetch only
+        passed offsets that hold no record, up to ``next_position``)."""
         feed = self.feeds.get(key)
         if feed is None or feed.lapsed or feed.lease.revoked:
             return  # fetched before the plan changed: not ours to hand out
@@ -179,6 +183,15 @@ class HandOut:
             feed.known_last = max(feed.known_last, offset_of(records[-1]))
             if key not in self._order:
                 self._order.append(key)
+        elif next_position > feed.expect:
+            # The fetch passed offsets that hold no record: the committed position may pass
+            # them once everything buffered before them is handed out (and committed).
+            feed.expect = next_position
+            if feed.has_records():
+                feed.batches.append(((), next_position))
+            else:
+                feed.next_position = max(feed.next_position, next_position)
+                feed.lease.cursor.handed((), next_position)
         if high_watermark is not None:
             feed.known_last = max(feed.known_last, high_watermark - 1)
 

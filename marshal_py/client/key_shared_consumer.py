@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from kafka import TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
@@ -45,6 +45,15 @@ class FetchStats:
     bytes_fetched: int = 0
     records_delivered: int = 0
     bytes_delivered: int = 0
+
+
+class _Passed(NamedTuple):
+    """In the fetch buffer after the records before it: the fetch passed every offset below
+    ``offset`` (those without a record too: transaction markers, aborted records)."""
+
+    topic: str
+    partition: int
+    offset: int
 
 
 def _size(record: ConsumerRecord) -> int:
@@ -81,7 +90,7 @@ class KeySharedConsumer(MemberConsumer[ConsumerRecord]):
         self.topics = engine.config.topics
         self.commit_mode: CommitMode = commit_mode
         self.stats = FetchStats()
-        self._buffer: deque[tuple[ConsumerRecord, int]] = deque()
+        self._buffer: deque[tuple[Any, int]] = deque()  # (record or _Passed, epoch)
         #: Handed out by the last next() / poll(), committed by the next one (implicit mode).
         self._handed: list[ConsumerRecord] = []
         # Commits wait here (deque appends are thread-safe) until the engine's lock is held.
@@ -121,12 +130,20 @@ class KeySharedConsumer(MemberConsumer[ConsumerRecord]):
                 self.stats.records_fetched += 1
                 self.stats.bytes_fetched += _size(record)
                 self._buffer.append((record, epoch))
+            last = batch.records[-1].offset if batch.records else -1
+            if batch.next_position > last + 1:  # offsets that hold no record come next
+                self._buffer.append((_Passed(batch.topic, batch.partition,
+                                             batch.next_position), epoch))
 
     # -- handing out ----------------------------------------------------------------------------
 
     def _next_buffered(self) -> ConsumerRecord | None:
         while self._buffer:
             record, epoch = self._buffer.popleft()
+            if type(record) is _Passed:
+                with self._lock:
+                    self._engine.passed(record.topic, record.partition, epoch, record.offset)
+                continue
             slot = key_slot(record.key)
             with self._lock:
                 if self._closed:

@@ -511,6 +511,17 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
         self.stats.delivered += 1
         return True
 
+    def passed(self, topic: str, partition: int, epoch: int, position: int) -> None:
+        """The fetch of ``epoch`` passed every offset below ``position`` after the records
+        offered so far: those hold no record (transaction markers, aborted or compacted-away
+        records), so the scan, and with it the committed offset, moves past them."""
+        holding = self.holdings.get((topic, partition))
+        if (holding is None or holding.epoch != epoch or holding.scan is None
+                or position <= holding.scan
+                or self.clock.now_ms() >= holding.lease_until_ms):
+            return
+        holding.scan = position
+
     def commit(self, topic: str, partition: int, offset: int) -> bool:
         """Mark a handed-out record processed. False if it was not outstanding (its slot was
         lost meanwhile, or it was committed already)."""

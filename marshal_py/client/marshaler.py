@@ -26,7 +26,12 @@ from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW
 from marshal_py.client.host import MemberHost
 from marshal_py.client.key_shared_consumer import CommitMode, KeySharedConsumer
 from marshal_py.client.key_shared_engine import KeySharedConfig, KeySharedEngine
-from marshal_py.client.settings import MarshalerConfig
+from marshal_py.client.settings import (
+    IsolationLevel,
+    MarshalerConfig,
+    data_config,
+    isolation_level_of,
+)
 from marshal_py.client.share_consumer import AckMode, ShareConsumer
 from marshal_py.client.share_engine import ShareConfig, ShareEngine
 from marshal_py.client.source import KafkaPartitionSource
@@ -189,18 +194,21 @@ class Marshaler:
                  delivery_limit: int = ..., inflight_limit: int = ...,
                  acknowledgement: AckMode = ..., batch_size: int = ...,
                  dead_letter_topic: str | None = ...,
-                 start_time: datetime | None = ...) -> ShareConsumer: ...
+                 start_time: datetime | None = ...,
+                 isolation_level: IsolationLevel | None = ...) -> ShareConsumer: ...
 
     @overload
     def consumer(self, topics: Iterable[str], mode: Literal["key-shared"], *,
                  offset_reset: OffsetReset = ...,
-                 commit_mode: CommitMode = ...) -> KeySharedConsumer: ...
+                 commit_mode: CommitMode = ...,
+                 isolation_level: IsolationLevel | None = ...) -> KeySharedConsumer: ...
 
     @overload
     def consumer(self, topics: Iterable[str], mode: Mode = ..., *,
                  offset_reset: OffsetReset = ..., balance: Balance = ...,
                  max_claims: int | None = ..., release_lag: int | None = ...,
-                 amo_batch_size: int = ..., amo_window: float = ...) -> Consumer: ...
+                 amo_batch_size: int = ..., amo_window: float = ...,
+                 isolation_level: IsolationLevel | None = ...) -> Consumer: ...
 
     def consumer(
         self,
@@ -221,6 +229,7 @@ class Marshaler:
         batch_size: int = 100,
         dead_letter_topic: str | None = None,
         start_time: datetime | None = None,
+        isolation_level: IsolationLevel | None = None,
     ) -> Consumer | ShareConsumer | KeySharedConsumer:
         """Join the group on ``topics`` and return the consumer of the partitions it wins.
 
@@ -261,24 +270,24 @@ class Marshaler:
             raise ConfigurationError(
                 f"mode must be one of {', '.join(map(repr, CONSUMER_MODES))}, not {mode!r}")
         wanted = tuple(dict.fromkeys(topics))
+        data = self._data_config(isolation_level)
         consumer: Consumer | ShareConsumer | KeySharedConsumer
         if mode == "key-shared":
-            keyed, source = self._key_shared_engine(wanted, offset_reset)
-            consumer = KeySharedConsumer(self._host, keyed, self._log_config, self._tick_s,
-                                         commit_mode)
+            keyed, source = self._key_shared_engine(wanted, offset_reset, data)
+            consumer = KeySharedConsumer(self._host, keyed, data, self._tick_s, commit_mode)
         elif mode == "share":
             share, source = self._share_engine(wanted, offset_reset, lock_duration,
                                                delivery_limit, inflight_limit, batch_size,
-                                               start_time, dead_letter_topic)
+                                               start_time, dead_letter_topic, data)
             consumer = ShareConsumer(
-                self._host, share, self._log_config, self._share_tick_s(lock_duration),
+                self._host, share, data, self._share_tick_s(lock_duration),
                 acknowledgement, dead_letter_topic)
         else:
             engine, source = self._exclusive_engine(
-                wanted, mode, offset_reset, balance, max_claims, release_lag,
+                wanted, mode, offset_reset, balance, max_claims, release_lag, data,
                 amo_window_records=amo_batch_size, amo_window_ms=round(amo_window * 1000))
             try:
-                consumer = Consumer(self._host, engine, wanted, self._log_config,
+                consumer = Consumer(self._host, engine, wanted, data,
                                     fetcher=self.config.fetcher)
             except BaseException:
                 with self._lock:
@@ -301,13 +310,17 @@ class Marshaler:
         delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
         inflight_limit: int = DEFAULT_INFLIGHT_LIMIT,
         start_time: datetime | None = None,
+        isolation_level: IsolationLevel | None = None,
     ) -> BatchMember:
         """Join the group on ``topics`` as the planner of a micro-batch engine.
 
         The member claims partitions (or acquires share records) like a consumer, but instead
         of fetching records it plans offset ranges (:meth:`ExclusiveBatchMember.plan`) that
         the engine's workers read themselves, and commits or accepts them when told the batch
-        is done. The Spark source is built on it. Settings as for :meth:`consumer`.
+        is done. The Spark source is built on it. Settings as for :meth:`consumer`;
+        ``isolation_level`` decides where planned ranges may end (the last stable offset
+        under ``"read_committed"``) and :attr:`BatchMember.isolation_level` tells the
+        workers how to read them.
         """
         if self._closed:
             raise ConfigurationError("this Marshaler is closed")
@@ -318,15 +331,16 @@ class Marshaler:
             raise ConfigurationError(
                 f"mode must be one of 'alo', 'amo', 'share' for a batch member, not {mode!r}")
         wanted = tuple(dict.fromkeys(topics))
+        data = self._data_config(isolation_level)
         member: BatchMember
         if mode == "share":
             share, source = self._share_engine(wanted, offset_reset, lock_duration,
                                                delivery_limit, inflight_limit, 500,
-                                               start_time, None)
+                                               start_time, None, data)
             member = ShareBatchMember(self._host, share, source, self._share_tick_s(lock_duration))
         else:
             engine, source = self._exclusive_engine(wanted, mode, offset_reset, balance,
-                                                    max_claims, None)
+                                                    max_claims, None, data)
             member = ExclusiveBatchMember(self._host, engine, source, self._tick_s)
         self._consumer = member
         self._source = source
@@ -339,9 +353,15 @@ class Marshaler:
     def _share_tick_s(self, lock_duration: float) -> float:
         return max(0.05, min(1.0, self.heartbeat_interval / 5, lock_duration / 10))
 
+    def _data_config(self, isolation_level: IsolationLevel | None) -> KafkaLogConfig:
+        """The cluster settings of the clients that read data topics."""
+        return data_config(self._log_config, isolation_level_of(
+            isolation_level, self._log_config.kafka_config))
+
     def _exclusive_engine(self, topics: tuple[str, ...], mode: Mode, offset_reset: OffsetReset,
                           balance: Balance, max_claims: int | None, release_lag: int | None,
-                          **amo: int) -> tuple[MemberEngine, KafkaPartitionSource]:
+                          data: KafkaLogConfig, **amo: int,
+                          ) -> tuple[MemberEngine, KafkaPartitionSource]:
         config = EngineConfig(
             group_id=self.group_id,
             client_id=self.client_id,
@@ -357,7 +377,7 @@ class Marshaler:
             **amo,
             checkpoint_interval_ms=self._checkpoint_ms,
         )
-        source = self._open_source(topics)
+        source = self._open_source(topics, data)
         engine = MemberEngine(config, self._log, self.rationalizer, source, self.clock,
                               random.Random())
         self._start(engine, source)
@@ -366,7 +386,8 @@ class Marshaler:
     def _share_engine(self, topics: tuple[str, ...], offset_reset: OffsetReset,
                       lock_duration: float, delivery_limit: int, inflight_limit: int,
                       batch_size: int, start_time: datetime | None,
-                      dead_letter_topic: str | None) -> tuple[ShareEngine, KafkaPartitionSource]:
+                      dead_letter_topic: str | None, data: KafkaLogConfig,
+                      ) -> tuple[ShareEngine, KafkaPartitionSource]:
         config = ShareConfig(
             group_id=self.group_id, client_id=self.client_id, instance_id=self.instance_id,
             topics=topics, heartbeat_interval_ms=self._hi_ms,
@@ -376,13 +397,15 @@ class Marshaler:
             replay_window_ms=self.config.replay_window_ms,
             checkpoint_interval_ms=self._checkpoint_ms,
         )
-        source = self._open_source(topics + ((dead_letter_topic,) if dead_letter_topic else ()))
+        source = self._open_source(
+            topics + ((dead_letter_topic,) if dead_letter_topic else ()), data)
         engine = ShareEngine(config, self._log, self.rationalizer, source, self.clock,
                              random.Random())
         self._start(engine, source)
         return engine, source
 
     def _key_shared_engine(self, topics: tuple[str, ...], offset_reset: OffsetReset,
+                           data: KafkaLogConfig,
                            ) -> tuple[KeySharedEngine, KafkaPartitionSource]:
         config = KeySharedConfig(
             group_id=self.group_id, client_id=self.client_id, instance_id=self.instance_id,
@@ -390,7 +413,7 @@ class Marshaler:
             replay_window_ms=self.config.replay_window_ms,
             checkpoint_interval_ms=self._checkpoint_ms,
         )
-        source = self._open_source(topics)
+        source = self._open_source(topics, data)
         engine = KeySharedEngine(config, self._log, self.rationalizer, source, self.clock,
                                  random.Random())
         self._start(engine, source)
@@ -405,8 +428,9 @@ class Marshaler:
             source.close()
             raise
 
-    def _open_source(self, topics: tuple[str, ...]) -> KafkaPartitionSource:
-        source = KafkaPartitionSource(self._log_config,
+    def _open_source(self, topics: tuple[str, ...], data: KafkaLogConfig
+                     ) -> KafkaPartitionSource:
+        source = KafkaPartitionSource(data,
                                       refresh_s=min(5.0, self.heartbeat_interval))
         for topic in topics:
             if source.partition_count(topic) is None:

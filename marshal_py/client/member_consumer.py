@@ -13,8 +13,6 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from kafka import TopicPartition
-
 from marshal_py.client.coordinator import CoordinationThread
 from marshal_py.client.delivery import DeliveryLoop
 from marshal_py.client.fetchers import FetchedBatch, KafkaPythonFetcher
@@ -73,14 +71,13 @@ class MemberConsumer(DeliveryLoop[R], Generic[R]):
     def _follow_plan(self, wanted: dict[TP, tuple[int, int]]) -> bool:
         """Assign the partitions of a fetch plan (partition -> (epoch, position)) and seek each
         whose epoch changed; True when any partition moved, was added or was dropped."""
-        current = {(tp.topic, tp.partition) for tp in self._data.assignment()}
-        if set(wanted) != current:
-            self._data.assign([TopicPartition(t, p) for t, p in wanted])
+        if set(wanted) != self._fetcher.assignment():
+            self._fetcher.assign(wanted)
         moved = False
         for key, (epoch, position) in wanted.items():
             if self._epochs.get(key) != epoch:
                 self._epochs[key] = epoch
-                self._data.seek(TopicPartition(*key), position)
+                self._fetcher.seek(*key, position)
                 moved = True
         for key in [k for k in self._epochs if k not in wanted]:
             del self._epochs[key]

@@ -9,13 +9,21 @@ which the engines' configs share).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from marshal_py.client.fetchers import FETCHER_KINDS, FetcherKind, require_confluent
 from marshal_py.client.member_base import check_group_settings
 from marshal_py.errors import ConfigurationError
+from marshal_py.log.kafka import KafkaLogConfig
 from marshal_py.protocol.auth import GroupKey
+
+IsolationLevel = Literal["read_committed", "read_uncommitted"]
+ISOLATION_LEVELS: tuple[IsolationLevel, ...] = ("read_committed", "read_uncommitted")
+#: What a consumer reads when neither its ``isolation_level`` nor ``kafka_config`` says: the
+#: records of committed transactions only, as librdkafka and the confluent clients default.
+DEFAULT_ISOLATION_LEVEL: IsolationLevel = "read_committed"
 
 
 def _ms(seconds: float, name: str) -> int:
@@ -71,3 +79,21 @@ class MarshalerConfig:
                    offsets_retention_ms=_ms(offsets_retention, "offsets_retention"),
                    timeout_ms=_ms(timeout, "timeout"),
                    auth_keys=tuple(auth_keys), fetcher=fetcher)
+
+
+def isolation_level_of(level: str | None, kafka_config: Mapping[str, Any]) -> IsolationLevel:
+    """The isolation level a consumer reads with: ``level`` when given, else the
+    ``isolation_level`` of ``kafka_config``, else :data:`DEFAULT_ISOLATION_LEVEL`."""
+    chosen = level if level is not None else kafka_config.get("isolation_level",
+                                                              DEFAULT_ISOLATION_LEVEL)
+    if chosen not in ISOLATION_LEVELS:
+        raise ConfigurationError(
+            f"isolation_level must be one of {', '.join(map(repr, ISOLATION_LEVELS))}, "
+            f"not {chosen!r}")
+    return chosen
+
+
+def data_config(config: KafkaLogConfig, level: IsolationLevel) -> KafkaLogConfig:
+    """``config`` for the clients that read data topics: ``isolation_level`` set to
+    ``level`` (the coordination log's clients keep ``config`` as it is)."""
+    return replace(config, kafka_config={**config.kafka_config, "isolation_level": level})

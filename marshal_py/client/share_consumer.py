@@ -14,14 +14,14 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from kafka import KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
 from marshal_py.client.member_consumer import MemberConsumer
 from marshal_py.client.share_engine import ShareEngine, ShareStats
 from marshal_py.errors import BrokerUnavailableError, ConfigurationError, MarshalError
 from marshal_py.log.kafka import KafkaLogConfig
-from marshal_py.protocol.messages import ACK_KINDS
+from marshal_py.protocol.messages import APPLICATION_ACK_KINDS
 
 if TYPE_CHECKING:
     from marshal_py.client.host import MemberHost
@@ -119,25 +119,23 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         if not wanted:
             self._stop.wait(min(timeout_s, 0.05))
             return
-        assigned = {(tp.topic, tp.partition) for tp in self._data.assignment()}
+        assigned = self._fetcher.assignment()
         if set(wanted) != assigned:
-            self._data.assign([TopicPartition(*tp) for tp in wanted])
+            self._fetcher.assign(wanted)
         starts: dict[TP, int] = {}
         for tp, first in wanted.items():
-            position = self._data.position(TopicPartition(*tp)) if tp in assigned else None
+            position = self._fetcher.position(*tp) if tp in assigned else None
             if position is None or position > first or position < first - 1_000:
-                self._data.seek(TopicPartition(*tp), first)
+                self._fetcher.seek(*tp, first)
                 position = first
             starts[tp] = position
         # Fetch only as far as the acquired offsets reach: the rest belongs to others.
         polled = self._poll_data(timeout_s, max(1, min(1_000, span)))
         for batch in polled:
             tp, records = (batch.topic, batch.partition), batch.records
+            start = starts.get(tp)
             with self._lock:
                 waiting = self._to_fetch.get(tp, {})
-                if not records:
-                    continue
-                last = records[-1].offset
                 fetched = {r.offset for r in records}
                 for r in records:
                     count = waiting.pop(r.offset, None)
@@ -145,14 +143,18 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
                         self._buffer.append(ShareRecord(r.topic, r.partition, r.offset,
                                                         r.timestamp, r.key, r.value,
                                                         list(r.headers or []), count))
-                # Acquired offsets this poll passed over but the partition does not have
-                # (compaction, transaction markers) are done: accept them so the SPSO moves.
-                # Offsets below where the poll started (redeliveries acquired meanwhile) wait
-                # for the next fetch, which seeks back to them.
-                start = starts.get(tp, last)
-                for offset in [o for o in waiting if start <= o < last and o not in fetched]:
+                if start is None:
+                    continue
+                # Acquired offsets this poll passed over that hold no record this member may
+                # be delivered (transaction markers, aborted records under read_committed,
+                # compaction) are gaps: the log archives them without counting a delivery,
+                # and the SPSO moves past them. Offsets below where the poll started
+                # (redeliveries acquired meanwhile) wait for the next fetch, which seeks back.
+                gaps = [o for o in waiting if start <= o < batch.next_position
+                        and o not in fetched]
+                for offset in gaps:
                     del waiting[offset]
-                    self._engine.ack(tp[0], tp[1], offset, "accept")
+                    self._engine.ack(tp[0], tp[1], offset, "gap")
 
     def _settle_previous_batch(self) -> None:
         if not self._unacked:
@@ -224,9 +226,9 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         """Acknowledge a delivered record: ``"accept"`` (done), ``"release"`` (deliver it
         again, to anyone) or ``"reject"`` (unprocessable: archive it). False if its lock had
         already elapsed (the acknowledgement would be ignored)."""
-        if kind not in ACK_KINDS:
+        if kind not in APPLICATION_ACK_KINDS:
             raise ConfigurationError(f"acknowledgement kind must be one of "
-                                     f"{', '.join(sorted(ACK_KINDS))}, not {kind!r}")
+                                     f"{', '.join(sorted(APPLICATION_ACK_KINDS))}, not {kind!r}")
         key = ((record.topic, record.partition), record.offset)
         self._unacked.pop(key, None)
         if kind == "release" and record.delivery_count >= self._engine.config.delivery_limit:

@@ -63,6 +63,7 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
+log.cleaner.backoff.ms=1000
 """
 
 _LOG4J2_PROPERTIES = """\

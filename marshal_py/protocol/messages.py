@@ -22,7 +22,11 @@ DEFAULT_INFLIGHT_LIMIT = 2_000
 #: KIP-932 bounds the per-partition lock limit at 10,000; so do we, which also bounds the
 #: work any single share record can cause a reader.
 MAX_INFLIGHT_LIMIT = 10_000
-ACK_KINDS = frozenset({"accept", "release", "reject"})
+#: What an application may say of a record it was delivered.
+APPLICATION_ACK_KINDS = frozenset({"accept", "release", "reject"})
+#: On the wire also ``gap``: the acquired offset holds no record a reader of the member's
+#: isolation level can be delivered (a transaction marker, an aborted or compacted-away record).
+ACK_KINDS = APPLICATION_ACK_KINDS | {"gap"}
 #: Longest group, client and instance id, and longest topic name (Kafka's own limit), in
 #: characters. Longer ones are refused when written and malformed when read.
 MAX_ID_CHARS = 255
@@ -168,7 +172,7 @@ class AcquiringRecords(ShareMessage):
 
 @dataclass(frozen=True, slots=True)
 class AcknowledgingRecords(ShareMessage):
-    """Acknowledge records the sender holds: ``kind`` is accept, release or reject."""
+    """Acknowledge records the sender holds: ``kind`` is accept, release, reject or gap."""
 
     TYPE: ClassVar[str] = "AcknowledgingRecords"
     ranges: str

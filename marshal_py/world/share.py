@@ -79,7 +79,8 @@ class SharePartition:
     Transitions (KIP-932): Available -> Acquired on acquisition (delivery count + 1);
     Acquired -> Acknowledged on accept; Acquired -> Available on release or lock expiry while
     the delivery count is below the limit, -> Archived at the limit; Acquired -> Archived on
-    reject. The SPSO moves over the contiguous prefix of Acknowledged and Archived records.
+    reject, and on gap (the offset holds no deliverable record) with the acquisition's count
+    taken back. The SPSO moves over the contiguous prefix of Acknowledged and Archived records.
     """
 
     def __init__(self, start_offset: int, delivery_limit: int, inflight_limit: int) -> None:
@@ -157,6 +158,8 @@ class SharePartition:
             done.append(offset)
             if kind == "accept":
                 self._records[offset] = _Record(RecordState.ACKNOWLEDGED, record.delivery_count)
+            elif kind == "gap":  # no record there: done, and the acquisition was no delivery
+                self._records[offset] = _Record(RecordState.ARCHIVED, record.delivery_count - 1)
             elif kind == "reject":
                 self._records[offset] = _Record(RecordState.ARCHIVED, record.delivery_count)
                 archived.append(offset)
