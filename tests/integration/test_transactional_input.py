@@ -174,3 +174,29 @@ def test_compacted_gaps_are_passed_in_every_mode(kafka_bootstrap: str, unique_na
         assert [r.offset for r in sorted(got, key=lambda r: r.offset)] == present, mode
         assert {r.key: r.value for r in sorted(got, key=lambda r: r.offset)} == latest, mode
         assert lag_rows(kafka_bootstrap, ctopic, group) == [(end, end, 0)], mode
+
+
+@pytest.mark.parametrize(("mode", "isolation"), [("alo", None), ("share", "read_uncommitted")])
+def test_marshal_consume_reads_at_its_isolation_level(kafka_bootstrap: str, unique_name: str,
+                                                       mode: str, isolation: str | None) -> None:
+    topic, ctopic, group = unique_name, f"__marshal-{unique_name}", f"{unique_name}.g"
+    create_topic(kafka_bootstrap, topic)
+    written = write_transactions(kafka_bootstrap, topic, PLAN)
+    expected = written.every if isolation else written.committed
+    result = run_marshal("consume", "--bootstrap-servers", kafka_bootstrap,
+                         "--coordination-topic", ctopic, "--group", group, "--topic", topic,
+                         "--mode", mode, "--offset-reset", "earliest", "--heartbeat-interval",
+                         str(HI), "--print", "--max-records", str(len(expected)),
+                         *(["--isolation-level", isolation] if isolation else []))
+    assert result.returncode == 0, result.stderr
+    values = [json.loads(line)["value"] for line in result.stdout.splitlines()]
+    assert sorted(values) == sorted(v.decode() for v in expected)
+
+
+def test_a_bad_isolation_level_is_one_line_and_exit_2(kafka_bootstrap: str) -> None:
+    result = run_marshal("consume", "--bootstrap-servers", kafka_bootstrap, "--group", "g",
+                         "--topic", "t", "--isolation-level", "committed")
+    assert result.returncode == 2
+    assert "Invalid value for '--isolation-level': 'committed' is not one of " \
+           "'read_committed', 'read_uncommitted'" in result.stderr
+    assert "Traceback" not in result.stderr

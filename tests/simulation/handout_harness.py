@@ -24,9 +24,16 @@ class SimRecord(NamedTuple):
 class HandOutSimulation(Simulation):
     """``window_records``: at-most-once windows hold at most this many records."""
 
-    def __init__(self, seed: int, mode: str, *, window_records: int = 4, **options: int) -> None:
+    def __init__(self, seed: int, mode: str, *, window_records: int = 4, gaps: bool = False,
+                 **options: int) -> None:
         super().__init__(seed, mode, **options)  # type: ignore[arg-type]
         self.window_records = window_records
+        #: A quarter of the offsets hold no record (transaction markers, aborted or compacted
+        #: records): fetches pass them, sometimes in a batch of their own.
+        self.gaps = gaps
+        #: Batches without records the fetcher reports at the next step: (tp, end, high).
+        self.later: dict[str, list[tuple[TP, int, int]]] = {}
+        self.seed = seed
         self.engine_options = {"amo_window_records": window_records, "amo_window_ms": 300}
         self.handouts: dict[str, HandOut] = {}
         self.positions: dict[str, dict[TP, int]] = {}
@@ -41,6 +48,7 @@ class HandOutSimulation(Simulation):
             self.mode, window_records=self.window_records, window_ms=300)
         self.positions[consumer.client_id] = {}
         self.pending[consumer.client_id] = []
+        self.later[consumer.client_id] = []
         return engine
 
     def crash(self, consumer: SimConsumer) -> None:
@@ -72,6 +80,9 @@ class HandOutSimulation(Simulation):
         handout.follow(engine.leases, engine.lease_version)
         if handout.lapses:
             handout.renew_lapsed(float(self.clock()))
+        for key, end, high in self.later[name]:
+            handout.add(key, [], end, high)
+        self.later[name] = []
         positions = self.positions[name]
         plan = handout.take_plan()
         if plan is not None:
@@ -83,11 +94,29 @@ class HandOutSimulation(Simulation):
                     positions[key] = offset
         for (topic, partition), position in list(positions.items()):
             offsets = self.topic.fetch(partition, position, self.rng.randint(1, 5))
-            if offsets:
-                handout.add((topic, partition), [SimRecord(topic, partition, o) for o in offsets],
-                            offsets[-1] + 1, len(self.topic.records[partition]))
-                positions[(topic, partition)] = offsets[-1] + 1
+            if not offsets:
+                continue
+            present = [o for o in offsets if not self.is_gap(partition, o)]
+            high = len(self.topic.records[partition])
+            end = offsets[-1] + 1
+            records = [SimRecord(topic, partition, o) for o in present]
+            if present and present[-1] + 1 < end and self.rng.random() < 0.5:
+                # The trailing gap comes in a batch of its own, as a later poll finds it.
+                handout.add((topic, partition), records, present[-1] + 1, high)
+                self.later[name].append(((topic, partition), end, high))
+            else:
+                handout.add((topic, partition), records, end, high)
+            positions[(topic, partition)] = end
         self.deliver(consumer, self.rng.randint(0, 12))
+
+    def is_gap(self, partition: int, offset: int) -> bool:
+        """Does ``offset`` hold no record? (fixed per offset; none without ``gaps``)"""
+        return self.gaps and hash((self.seed, partition, offset)) % 4 == 0
+
+    def present(self) -> set[tuple[int, int]]:
+        """(partition, offset) of every record there is."""
+        return {(p, o) for p, records in enumerate(self.topic.records)
+                for o in range(len(records)) if not self.is_gap(p, o)}
 
     def deliver(self, consumer: SimConsumer, count: int) -> None:
         engine = consumer.engine

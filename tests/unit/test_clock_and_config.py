@@ -81,3 +81,21 @@ def test_every_member_config_renews_claims_a_quarter_window_apart() -> None:
         config = config_class(group_id="g", client_id="c", instance_id="i", topics=("t",),
                               heartbeat_interval_ms=1000, replay_window_ms=400_000)
         assert config.renew_interval_ms == 100_000
+
+
+def test_the_isolation_level_is_the_argument_else_kafka_config_else_read_committed() -> None:
+    from marshal_py.client.settings import data_config, isolation_level_of
+
+    assert isolation_level_of(None, {}) == "read_committed"
+    assert isolation_level_of(None, {"isolation_level": "read_uncommitted"}) == \
+        "read_uncommitted"
+    assert isolation_level_of("read_committed", {"isolation_level": "read_uncommitted"}) == \
+        "read_committed"
+    with pytest.raises(ConfigurationError, match="isolation_level must be one of "
+                                                 "'read_committed', 'read_uncommitted', not 'x'"):
+        isolation_level_of("x", {})
+    base = KafkaLogConfig("127.0.0.1:9092", kafka_config={"client_id": "c"})
+    data = data_config(base, "read_uncommitted")
+    assert data.client_config(KafkaConsumer)["isolation_level"] == "read_uncommitted"
+    assert "isolation_level" not in data.client_config(KafkaProducer)
+    assert base.kafka_config == {"client_id": "c"}  # the coordination log's stays as it was

@@ -216,3 +216,11 @@ def test_supported_keys_are_listed() -> None:
                 "ssl.keystore.location", "ssl.endpoint.identification.algorithm",
                 "client.id", "request.timeout.ms"):
         assert key in SUPPORTED_KEYS
+
+
+def test_isolation_level_is_read_and_checked() -> None:
+    assert parse_properties("isolation.level=read_uncommitted")["isolation_level"] == \
+        "read_uncommitted"
+    with pytest.raises(ConfigurationError, match=r"isolation.level=committed is not one of "
+                                                 r"read_committed, read_uncommitted"):
+        parse_properties("isolation.level=committed")

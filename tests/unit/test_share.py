@@ -164,3 +164,28 @@ def test_reset_applies_only_to_an_empty_share_group() -> None:
     assert r.counters[Verdict.SHARE_IGNORED] == 1  # a is live (its acquisition)
     s.write(ResettingSharePartition(0, "i-admin", "admin", "g", "t", 0, 3), at=2 + 2 * 10_000 + 1)
     assert state(s) == (3, 3, {})
+
+
+def test_a_gap_is_archived_without_counting_a_delivery_and_the_spso_passes_it() -> None:
+    s = Scenario()
+    s.share_init("a", 0, start=0)
+    s.acquire("a", 1, "0-5")
+    s.ack("b", 2, "5", "gap")  # only the holder may say so
+    s.ack("a", 3, "2-3,5", "gap")  # a marker inside the window and one at its end
+    assert state(s) == (0, 6, {0: (AQ, 1), 1: (AQ, 1), 2: (ARC, 0), 3: (ARC, 0), 4: (AQ, 1),
+                               5: (ARC, 0)})
+    s.ack("a", 4, "0-1,4")
+    assert state(s) == (6, 6, {})
+    share = s.replay().share_partition("g", "t", 0)
+    assert share is not None and share.exhausted == []  # nothing to dead-letter
+
+
+def test_a_gap_redelivered_after_a_lapsed_lock_keeps_only_real_attempts() -> None:
+    s = Scenario()
+    s.share_init("a", 0, start=0, delivery_limit=2)
+    s.acquire("a", 0, "0", lock_ms=1_000)
+    s.acquire("b", 1_000, "0", lock_ms=1_000)  # a crashed before saying; b gets it, count 2
+    s.ack("b", 1_001, "0", "gap")
+    assert state(s) == (1, 1, {})
+    share = s.replay().share_partition("g", "t", 0)
+    assert share is not None and share.exhausted == []
