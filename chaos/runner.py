@@ -7,7 +7,10 @@ data. Each run then uses a fresh data topic, coordination topic and group:
 1. it starts ``--consumers`` consumer processes (:mod:`chaos.worker`, client ids ``c0``,
    ``c1``, ...) and waits until each has opened its consumer;
 2. it starts the producer process (:mod:`chaos.producer`): ``--records`` records at about
-   ``--rate`` records/s, keyed ``k0000`` .. (``--keys`` keys);
+   ``--rate`` records/s, keyed ``k0000`` .. (``--keys`` keys); in ``share`` runs as
+   transactions, one per batch, every fourth aborted (its records sent again), so the
+   partitions hold commit and abort markers and aborted records, which the consumers
+   (read_committed, the default) must never hand out and whose offsets must still be passed;
 3. while the records flow it injects ``--faults-per-run`` faults, one after the other, each
    after a random pause of 0.5 to 1.5 times (production time / (faults + 1)). The plan
    repeats the chosen kinds (``--faults``) in turn -- so each kind occurs once the number
@@ -29,7 +32,8 @@ data. Each run then uses a fresh data topic, coordination topic and group:
    until the run is complete -- ``alo`` and ``key-shared``: every record journalled as
    processed; ``amo``: every partition's committed offset in the log at its end; ``share``:
    every share-partition's SPSO at its end -- then stops the consumers gracefully;
-5. it dumps the data topic and the coordination topic into the run directory and runs the
+5. it dumps the data topic (read_committed: aborted records are not records to process) and
+   the coordination topic into the run directory and runs the
    checker (:mod:`chaos.checker`) on it.
 
 The run's random generator is seeded with ``--seed`` + the run's number: it decides the fault
@@ -229,6 +233,10 @@ class Follower:
 # -- one run ---------------------------------------------------------------------------------
 
 
+#: Modes whose runs produce transactional input.
+TRANSACTIONAL_MODES = frozenset({"share"})
+
+
 class Run:
     """One run of a campaign (see the module docstring)."""
 
@@ -238,6 +246,9 @@ class Run:
         self.rng = random.Random(seed)
         self.directory = directory
         self.hi = options.heartbeat_interval
+        #: Share-mode runs read transactional input (a quarter of the transactions aborted):
+        #: consumers read read_committed, and offsets without a record become share gaps.
+        self.transactional = mode in TRANSACTIONAL_MODES
         tag = uuid.uuid4().hex[:8]
         self.topic = f"chaos-{mode}-{tag}"
         self.group = f"chaos.{mode}.{tag}"
@@ -456,7 +467,8 @@ class Run:
                 "heartbeat_interval_ms": int(self.hi * 1000),
                 "delivery_limit": options.delivery_limit,
                 "lock_ms": int(options.lock_duration * 1000), "records": options.records,
-                "consumers": options.consumers, "keys": options.keys}
+                "consumers": options.consumers, "keys": options.keys,
+                "transactional": self.transactional}
         (self.directory / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         try:
             self.slots = [Slot(k, f"c{k}") for k in range(options.consumers)]
@@ -467,6 +479,7 @@ class Run:
             self.producer = ChaosProcess("producer", "chaos.producer", {
                 "bootstrap": self.bootstrap, "topic": self.topic, "records": options.records,
                 "rate": options.rate, "keys": options.keys,
+                "transactional": self.transactional,
                 "journal": str(self.directory / PRODUCER), "fsync": options.fsync})
             self.producer.receive("ready", READY_TIMEOUT_S)
             producing = options.records / options.rate
@@ -533,7 +546,7 @@ class Run:
         from kafka import KafkaConsumer, TopicPartition
 
         consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
-                                 enable_auto_commit=False)
+                                 enable_auto_commit=False, isolation_level="read_committed")
         rows: list[dict[str, Any]] = []
         try:
             tps = [TopicPartition(self.topic, p) for p in range(self.options.partitions)]

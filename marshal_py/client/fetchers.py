@@ -86,7 +86,10 @@ class DataFetcher(Protocol):
         """Up to ``max_records`` records, waiting up to ``timeout_s`` for the first. Failures
         are MarshalErrors: BrokerUnavailableError, or a ConfigurationError for refused
         credentials or ACLs. A missing topic or partition yields nothing (its position stays
-        None) and is logged; a broker lost for a while is reconnected to."""
+        None) and is logged; a broker lost for a while is reconnected to. A batch may hold
+        no records: the fetch passed offsets without one (transaction markers, aborted
+        records under read_committed) up to its ``next_position``, after every record
+        returned before for that partition."""
 
     def close(self) -> None:
         """Close the Kafka client. Idempotent."""
