@@ -15,6 +15,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
+from marshal_py.client.settings import (
+    DEFAULT_ISOLATION_LEVEL,
+    ISOLATION_LEVELS,
+    IsolationLevel,
+    data_config,
+    isolation_level_of,
+)
 from marshal_py.errors import ConfigurationError
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLogConfig
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
@@ -51,6 +58,9 @@ OPTIONS: dict[str, str] = {
     "failOnDataLoss": "true (default): fail when planned records were deleted by retention "
                       "before they were read; false: skip them with a warning",
     "fetch.timeout": "seconds a task waits for records it was planned to read (default 60)",
+    "isolation.level": "read_committed (default; kafka.isolation_level when set) or "
+                       "read_uncommitted: whether records of aborted transactions are read; "
+                       "under read_committed batches end at the last stable offset",
     "coordination.topic": "the coordination topic (default __marshal)",
     "replay.window": "seconds of coordination log replayed on start (default 7 days)",
     "settle.timeout": "seconds the query waits for its first claims (default 3 heartbeat "
@@ -83,6 +93,7 @@ class SourceOptions:
     coordination_topic: str = DEFAULT_COORDINATION_TOPIC
     replay_window_s: float = DEFAULT_REPLAY_WINDOW_MS / 1000
     settle_timeout_s: float | None = None
+    isolation_level: IsolationLevel = DEFAULT_ISOLATION_LEVEL
     kafka_config: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -91,6 +102,12 @@ class SourceOptions:
         return KafkaLogConfig(bootstrap_servers=self.bootstrap_servers,
                               topic=self.coordination_topic,
                               kafka_config=dict(self.kafka_config))
+
+    @property
+    def data_config(self) -> KafkaLogConfig:
+        """How the executors (and the planning driver) read the data topics: the
+        stream's isolation level set."""
+        return data_config(self.log_config, self.isolation_level)
 
     @property
     def settle_timeout(self) -> float:
@@ -177,11 +194,26 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
                                 minimum=0),
         settle_timeout_s=(None if get("settle.timeout") is None
                           else _number(get, "settle.timeout", 0.0, minimum=0)),
+        isolation_level=_isolation_level(get, kafka_config),
         kafka_config=kafka_config,
     )
     # Reject kafka.* settings kafka-python does not know, now rather than in every task.
     options.log_config.client_config()
     return options
+
+
+def _isolation_level(get: Any, kafka_config: Mapping[str, Any]) -> IsolationLevel:
+    """Option ``isolation.level``, else ``kafka.isolation_level``, else read_committed."""
+    text = get("isolation.level")
+    if text is not None and text not in ISOLATION_LEVELS:
+        raise ConfigurationError(f"option 'isolation.level' must be read_committed or "
+                                 f"read_uncommitted, not {text!r}")
+    try:
+        return isolation_level_of(text, kafka_config)
+    except ConfigurationError:
+        raise ConfigurationError(
+            f"option 'kafka.isolation_level' must be read_committed or read_uncommitted, "
+            f"not {kafka_config.get('isolation_level')!r}") from None
 
 
 def _number(get: Any, name: str, default: float, *, minimum: float,

@@ -95,7 +95,7 @@ class MarshalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 o.topics, o.mode, offset_reset=o.offset_reset, balance=o.balance,
                 max_claims=o.max_claims, lock_duration=o.lock_duration_s,
                 delivery_limit=o.delivery_limit, inflight_limit=o.inflight_limit,
-                start_time=o.start_time)
+                start_time=o.start_time, isolation_level=o.isolation_level)
             member.wait_settled(o.settle_timeout)
         except BaseException:
             marshaler.close()
@@ -180,7 +180,7 @@ class MarshalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Executor side: read the task's range (no state, no coordination)."""
         task = partition.task if isinstance(partition, MarshalInputPartition) else partition.value
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
-        return read_task(task, self.options.log_config, arrow_schema,
+        return read_task(task, self.options.data_config, arrow_schema,
                          fail_on_data_loss=self.options.fail_on_data_loss,
                          timeout_s=self.options.fetch_timeout_s)
 
