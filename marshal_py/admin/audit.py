@@ -102,7 +102,7 @@ SUMMARY: ColumnSpec = (
 COORDINATION: ColumnSpec = (
     ("coordination_partition", "int32"), ("records", "int64"), ("malformed", "int64"),
     ("unknown_type", "int64"), ("unknown_version", "int64"), ("tombstones", "int64"),
-    ("misplaced", "int64"), ("duplicates", "int64"),
+    ("misplaced", "int64"), ("duplicates", "int64"), ("rejected", "int64"),
 )
 
 #: Every table the audit writes (to ``OUTPUT/<name>/``), in this order.
@@ -685,7 +685,7 @@ class _TopicStats:
 _COORDINATION_COUNTED = {
     Verdict.MALFORMED.value: 1, Verdict.UNKNOWN_TYPE.value: 2,
     Verdict.UNKNOWN_VERSION.value: 3, Verdict.TOMBSTONE.value: 4,
-    Verdict.MISPLACED.value: 5, Verdict.DUPLICATE.value: 6,
+    Verdict.MISPLACED.value: 5, Verdict.DUPLICATE.value: 6, Verdict.REJECTED.value: 7,
 }
 
 
@@ -715,7 +715,7 @@ class LocalAggregator:
         self.records += 1
         counts = self._coordination.get(row.coordination_partition)
         if counts is None:
-            counts = self._coordination[row.coordination_partition] = [0] * 7
+            counts = self._coordination[row.coordination_partition] = [0] * 8
         counts[0] += 1
         column = _COORDINATION_COUNTED.get(row.verdict)
         if column is not None:

@@ -14,7 +14,12 @@ import click
 
 from marshal_py.admin.audit import COORDINATION, SUMMARY, aligned
 from marshal_py.admin.audit_local import AuditResult, prepare_output, run_local_audit
-from marshal_py.admin.cli_common import current_kafka_config, kafka_options
+from marshal_py.admin.cli_common import (
+    auth_keys_option,
+    current_group_keys,
+    current_kafka_config,
+    kafka_options,
+)
 from marshal_py.errors import ConfigurationError, MarshalError
 
 SPARK_HINT = "pip install marshal_py[spark]"
@@ -48,6 +53,7 @@ def _run(engine: str, bootstrap_servers: str, coordination_topic: str, timeout: 
         heartbeat_interval_ms=int(heartbeat_interval * 1000), output=output, group=group,
         topic=topic, timeout_s=timeout, progress=_printer(progress))
     kafka_config = current_kafka_config()  # --command-config
+    common["group_keys"] = current_group_keys()  # --auth-keys
     if engine == "local":
         return run_local_audit(bootstrap_servers, coordination_topic,
                                kafka_config=kafka_config, **common)
@@ -88,6 +94,7 @@ def _option_text(value: object) -> str:
 @click.option("--master", default="local[*]", show_default=True,
               help="Spark master URL for --engine spark.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@auth_keys_option
 def audit(bootstrap_servers: str, coordination_topic: str, timeout: float, engine: str,
           output: Path | None, group: str | None, topic: str | None,
           heartbeat_interval: float, master: str, as_json: bool) -> None:

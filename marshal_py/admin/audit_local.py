@@ -30,6 +30,7 @@ from marshal_py.admin.audit import (
 from marshal_py.errors import ConfigurationError
 from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
 from marshal_py.log.replay import catch_up
+from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.placement import coordination_partition
 from marshal_py.world.rationalizer import Rationalizer, RationalizerConfig
 
@@ -179,8 +180,11 @@ def run_local_audit(
     timeout_s: float = 15.0,
     kafka_config: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
+    group_keys: Mapping[str, tuple[GroupKey, ...]] | None = None,
 ) -> AuditResult:
-    """Audit the whole coordination log with one rationalizer and write the tables."""
+    """Audit the whole coordination log with one rationalizer and write the tables.
+    ``group_keys``: the authenticated groups' keys; their unsigned, forged or replayed
+    records are counted as ``rejected`` and change nothing, as for their members."""
     out = prepare_output(output)
     started = time.monotonic()
     with open_log(bootstrap_servers, coordination_topic, timeout_s, kafka_config) as klog:
@@ -188,7 +192,8 @@ def run_local_audit(
         partitions = ([coordination_partition(topic, count)] if topic is not None
                       else list(range(count)))
         rationalizer = Rationalizer(RationalizerConfig(
-            coordination_partitions=count, heartbeat_interval_ms=heartbeat_interval_ms))
+            coordination_partitions=count, heartbeat_interval_ms=heartbeat_interval_ms,
+            group_keys=dict(group_keys or {})))
         aggregator = LocalAggregator()
         observer = AuditObserver(rationalizer, aggregator, topic_filter(group, topic))
         rationalizer.observe(observer)

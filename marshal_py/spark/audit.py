@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +49,7 @@ from marshal_py.admin.audit import (
     topic_filter,
 )
 from marshal_py.admin.audit_local import AuditResult, Progress, prepare_output
+from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.messages import ResettingOffsets, ResettingSharePartition
 from marshal_py.protocol.placement import coordination_partition
 from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS
@@ -133,8 +134,12 @@ class _WideSink:
 
 def observe_bucket(partition_count: int, heartbeat_interval_ms: int,
                    group: str | None = None, topic: str | None = None,
-                   group_intervals: dict[str, int] | None = None) -> Callable[[Any], Any]:
-    """applyInArrow function: one bucket's records through a fresh rationalizer."""
+                   group_intervals: dict[str, int] | None = None,
+                   group_keys: Mapping[str, tuple[GroupKey, ...]] | None = None,
+                   ) -> Callable[[Any], Any]:
+    """applyInArrow function: one bucket's records through a fresh rationalizer (which
+    checks the signatures of the groups of ``group_keys``, as their members do)."""
+    keys = dict(group_keys or {})
 
     def run(table: Any) -> Any:
         table = table.sort_by([("coordination_partition", "ascending"),
@@ -142,7 +147,7 @@ def observe_bucket(partition_count: int, heartbeat_interval_ms: int,
         rationalizer = Rationalizer(RationalizerConfig(
             coordination_partitions=partition_count,
             heartbeat_interval_ms=heartbeat_interval_ms,
-            group_heartbeat_intervals=dict(group_intervals or {})))
+            group_heartbeat_intervals=dict(group_intervals or {}), group_keys=keys))
         sink = _WideSink()
         observer = AuditObserver(rationalizer, sink, topic_filter(group, topic))
         rationalizer.observe(observer)
@@ -253,7 +258,8 @@ def _tables(obs: DataFrame) -> dict[str, DataFrame]:
         count_if(v == "unknown_version").alias("unknown_version"),
         count_if(v == "tombstone").alias("tombstones"),
         count_if(v == "misplaced").alias("misplaced"),
-        count_if(v == "duplicate").alias("duplicates"))
+        count_if(v == "duplicate").alias("duplicates"),
+        count_if(v == "rejected").alias("rejected"))
 
     exclusive = rec.filter(F.col("group").isNotNull() & F.col("partition").isNotNull()
                            & (v != "misplaced") & F.col("hi_ms").isNotNull())
@@ -493,8 +499,10 @@ def run_spark_audit(
     spark: SparkSession | None = None,
     progress: Progress | None = None,
     split_records: int | None = None,
+    group_keys: Mapping[str, tuple[GroupKey, ...]] | None = None,
 ) -> AuditResult:
     """Audit the coordination log on Spark and write the tables (``output``, Parquet).
+    ``group_keys``: as for :func:`~marshal_py.admin.audit_local.run_local_audit`.
 
     Uses ``spark`` if given, else the active session of this process if there is one (both
     are left running; ``master`` is then not used), else starts a session on ``master`` and
@@ -537,7 +545,7 @@ def run_spark_audit(
         observed = (buckets.groupBy("b_group", "b_topic", "b_partition",
                                     "coordination_partition")
                     .applyInArrow(observe_bucket(partition_count, heartbeat_interval_ms,
-                                                 group, topic),
+                                                 group, topic, group_keys=group_keys),
                                   spark_schema(WIDE_COLUMNS)))
         with _StageProgress(spark, progress), _settings(spark, _observe_settings(spark)):
             # Cut the lineage: later queries must not plan (list Kafka) or read the log again.

@@ -92,6 +92,17 @@ def test_forged_records_change_nothing_and_keys_rotate(kafka_bootstrap: str, uni
             (victim, "w1"), (1 - victim, "w2")}
         assert (f"rejected (unsigned, badly signed or replayed) records of authenticated "
                 f"group {group}: 2") in state.stderr
+        # marshal audit verifies as the members do with --auth-keys, and counts as they would
+        # without a key (the forgeries then apply: the audit has no way to tell).
+        for extra, rejected in ((["--auth-keys", str(keys)], 2), ([], 0)):
+            audit = subprocess.run(
+                [sys.executable, "-m", "marshal_py.cli", "audit", "--bootstrap-servers",
+                 kafka_bootstrap, "--coordination-topic", ctopic, "--heartbeat-interval",
+                 str(HI), "--json", *extra],
+                capture_output=True, text=True, timeout=120, env=dict(os.environ))
+            assert audit.returncode == 0, audit.stderr
+            counts = json.loads(audit.stdout)["coordination"]
+            assert sum(row["rejected"] for row in counts) == rejected
 
         # A member without the group's keys refuses to take part.
         with Marshaler(kafka_bootstrap, group, "w3", **common) as m3, \

@@ -273,3 +273,38 @@ def test_engines_agree_on_a_standalone_cluster(kafka_bootstrap: str, handmade_to
     """Executors in processes of their own: the source and the per-domain rationalizers hold
     no state on the driver."""
     both(kafka_bootstrap, handmade_topic, tmp_path, cluster_session)
+
+
+def test_engines_check_signatures_with_auth_keys(kafka_bootstrap: str, tmp_path: Path,
+                                                 spark: SparkSession) -> None:
+    """With the group's key, unsigned and wrongly signed records of an authenticated group
+    are counted as rejected and change nothing, in both engines; without it they count."""
+    from marshal_py.protocol.auth import GroupKey, sign
+
+    topic = f"__audit-signed-{os.getpid()}-{int(time.time() * 1000)}"
+    create_topic(kafka_bootstrap, topic, CP)
+    key = GroupKey("k1", b"s" * 32)
+    wrong = GroupKey("k1", b"x" * 32)
+    g, home = "secure.job", coordination_partition("events", CP)
+    at = T0 // 1000
+    records = [
+        sign(encode(ClaimingPartition(at, "aaaa0001", "w1", g, "events", 0)), key),
+        sign(encode(Heartbeat(at, "aaaa0001", "w1", g, "events", 0, 40)), key),
+        encode(Heartbeat(at, "ffff0009", "mallory", g, "events", 0, 5)),  # unsigned
+        sign(encode(ClaimingPartition(at, "ffff0009", "mallory", g, "events", 1)), wrong),
+    ]
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    for i, value in enumerate(records):
+        producer.send(topic, key=b"k", value=value, partition=home, timestamp_ms=T0 + i)
+    producer.flush()
+    producer.close()
+
+    keyed, _, tables = both(kafka_bootstrap, topic, tmp_path / "keyed", spark,
+                            group_keys={g: (key,)})  # type: ignore[arg-type]
+    rejected = {row[0]: row[8] for row in tables["coordination"]}
+    assert rejected == {home: 2}
+    claims_won = {row[2]: row[3] for row in tables["partitions"]}
+    assert claims_won.get(0) == 1 and not claims_won.get(1)  # mallory's claim did nothing
+    _, _, open_tables = both(kafka_bootstrap, topic, tmp_path / "open", spark)
+    assert {row[0]: row[8] for row in open_tables["coordination"]} == {home: 0}
+    assert keyed.records == 4

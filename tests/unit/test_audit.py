@@ -150,8 +150,8 @@ def test_summary_and_coordination_counts() -> None:
         "group": G, "topic": TOPIC, "partitions": 1, "records": 14, "owners": 4,
         "takeovers": 1, "violations": 0}]
     coordination = {row[0]: row for row in tables.coordination}
-    assert coordination[HOME] == (HOME, 17, 1, 1, 1, 1, 0, 0)
-    assert coordination[(HOME + 1) % CP] == ((HOME + 1) % CP, 1, 0, 0, 0, 0, 1, 0)
+    assert coordination[HOME] == (HOME, 17, 1, 1, 1, 1, 0, 0, 0)
+    assert coordination[(HOME + 1) % CP] == ((HOME + 1) % CP, 1, 0, 0, 0, 0, 1, 0, 0)
 
 
 def test_filters_keep_only_the_group_and_topic_but_all_garbage() -> None:
