@@ -15,6 +15,7 @@ from marshal_py.client import (
 from marshal_py.errors import (
     BrokerUnavailableError,
     ClientIdInUseError,
+    CommitFailedError,
     ConfigurationError,
     CoordinationLogLostError,
     CoordinationTopicError,
@@ -43,6 +44,7 @@ __all__ = [
     "BrokerUnavailableError",
     "ClaimStatus",
     "ClientIdInUseError",
+    "CommitFailedError",
     "ConfigurationError",
     "Consumer",
     "CoordinationRecord",

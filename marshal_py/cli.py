@@ -40,11 +40,15 @@ from marshal_py.admin.world_view import (
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine_types import Balance, Mode, OffsetReset
 from marshal_py.client.fetchers import FETCHER_KINDS, FetcherKind
-from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
+from marshal_py.client.holdings import (
+    DEFAULT_AMO_WINDOW_MS,
+    DEFAULT_AMO_WINDOW_RECORDS,
+    DEFAULT_MAX_POLL_INTERVAL_MS,
+)
 from marshal_py.client.key_shared_consumer import KeySharedConsumer
 from marshal_py.client.settings import ISOLATION_LEVELS, IsolationLevel
 from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
-from marshal_py.errors import MarshalError
+from marshal_py.errors import CommitFailedError, MarshalError
 from marshal_py.log.kafka import KafkaLog
 from marshal_py.log.replay import catch_up, follow, seek_to_window
 from marshal_py.protocol.codec import DecodeError, decode
@@ -342,6 +346,10 @@ def _record_json(record: Any) -> dict[str, object]:
               help="read_committed: only records of committed transactions, up to the last "
                    "stable offset; read_uncommitted: every record, aborted ones too.  "
                    "[default: --command-config's isolation.level, else read_committed]")
+@click.option("--max-poll-interval", type=click.FloatRange(min=0.001),
+              default=DEFAULT_MAX_POLL_INTERVAL_MS / 1000, show_default=True,
+              help="alo/amo: seconds the record handling may take before this member gives "
+                   "its partitions up (as Kafka's max.poll.interval.ms).")
 @click.option("--max-records", type=click.IntRange(min=1),
               help="Stop (commit and release) after N records.")
 @click.option("--print", "print_records", is_flag=True,
@@ -354,7 +362,8 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
             max_claims: int | None, release_lag: int | None, lock_duration: float,
             delivery_limit: int, start_datetime: str | None, dead_letter_topic: str | None,
             release_offsets: str, batch_size: int | None, amo_window: float, fetcher: str,
-            isolation_level: str | None, max_records: int | None, print_records: bool) -> None:
+            isolation_level: str | None, max_poll_interval: float, max_records: int | None,
+            print_records: bool) -> None:
     """Consume topics as a member of GROUP until SIGTERM / Ctrl-C, then commit and release."""
     from marshal_py.client.marshaler import Marshaler
 
@@ -393,7 +402,8 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
                                           balance=cast(Balance, balance),
                                           max_claims=max_claims, release_lag=release_lag,
                                           amo_batch_size=batch_size or DEFAULT_AMO_WINDOW_RECORDS,
-                                          amo_window=amo_window, isolation_level=isolation)
+                                          amo_window=amo_window, isolation_level=isolation,
+                                          max_poll_interval=max_poll_interval)
         click.echo(f"marshal consume: member {marshaler.client_id} "
                    f"(instance {marshaler.instance_id}) of {group} on {', '.join(topics)}",
                    err=True)
@@ -424,7 +434,10 @@ def _consume_loop(consumer: Consumer | ShareConsumer | KeySharedConsumer, print_
                 sys.stdout.write(json.dumps(line) + "\n")
                 sys.stdout.flush()
             if isinstance(consumer, Consumer):
-                consumer.commit(record)
+                try:
+                    consumer.commit(record)
+                except CommitFailedError as exc:  # stdout blocked past --max-poll-interval
+                    click.echo(f"marshal consume: {exc}", err=True)
             elif isinstance(consumer, ShareConsumer) and isinstance(record, ShareRecord):
                 consumer.ack(record, "release" if record.offset in poison else "accept")
             count += 1

@@ -53,3 +53,9 @@ class KafkaAuthorizationError(ConfigurationError):
     """Kafka's ACLs do not let this client's principal do what marshal_py needs (the message
     names the principal, the resource and the ACLs to grant). A :class:`ConfigurationError`,
     so a running member stops on it instead of retrying."""
+
+
+class CommitFailedError(MarshalError):
+    """A commit of records whose partitions this member gave up because the application
+    asked for no records for longer than ``max_poll_interval`` (Kafka's
+    CommitFailedException): they will be delivered again by the partitions' next owner."""

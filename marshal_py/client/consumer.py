@@ -26,6 +26,7 @@ from marshal_py.client.engine import EngineStats, MemberEngine
 from marshal_py.client.fetchers import DataFetcher, FetcherKind, open_fetcher
 from marshal_py.client.handout import HandOut
 from marshal_py.client.lease import REVOKED, PartitionLease
+from marshal_py.errors import CommitFailedError
 from marshal_py.log.kafka import KafkaLogConfig
 
 if TYPE_CHECKING:
@@ -76,9 +77,17 @@ class Consumer(StopAndErrors):
         if self._guard is not None:
             engine.handout_guard = self._guard
         engine.follows_log = True
+        # The application's requests for records, for the max_poll_interval watch: poll()
+        # calls (records iterated count too), and whether it waits inside one now.
+        self._asks = 0
+        self._asking = False
+        self._seen_asks = -1
+        self._idle_since = _monotonic()
+        self._max_poll_s = engine.config.max_poll_interval_ms / 1000
+        self._timed_out = False
         self._coordinator = FollowingCoordinator(
-            name="marshal-coordinator", lock=host.lock, step=engine.tick,
-            follow=engine.follow, next_due_ms=engine.next_due_ms,
+            name="marshal-coordinator", lock=host.lock, step=self._step,
+            follow=engine.follow, next_due_ms=self._next_due_ms,
             now_ms=engine.clock.now_ms, stop=self._stop,
             poll_cap_s=0.05 if self.mode == "amo" else 0.2, wake_driven=self.mode == "amo",
             retry_s=max(0.05, min(1.0, engine.hi / 10000)),
@@ -90,6 +99,53 @@ class Consumer(StopAndErrors):
         self._last_poll: list[Any] | None = None
         self._last_slices: list[tuple[PartitionLease, int, int]] = []
         self._coordinator.start()
+
+    # -- the bound on processing time (max_poll_interval) -----------------------------------
+
+    def _step(self) -> None:
+        """One coordination step (the coordination thread, with the host's lock held)."""
+        self._watch_poll_interval()
+        self._engine.tick()
+
+    def _next_due_ms(self) -> int:
+        due = self._engine.next_due_ms()
+        if self._engine.suspended:
+            return due
+        left_ms = (self._idle_since + self._max_poll_s - _monotonic()) * 1000
+        return min(due, self._engine.clock.now_ms() + max(0, int(left_ms)) + 1)
+
+    def _watch_poll_interval(self) -> None:
+        """Suspend the engine (release every partition, leave the group) when the application
+        has asked for no records for longer than max_poll_interval, as Kafka's consumers
+        leave their group (KIP-62): a hung handler must not hold its partitions forever."""
+        now = _monotonic()
+        asks = self._asks + self.records_delivered
+        if self._asking or asks != self._seen_asks:
+            self._seen_asks, self._idle_since = asks, now
+            return
+        if now - self._idle_since > self._max_poll_s and not self._engine.suspended:
+            self._timed_out = True
+            log.warning(
+                "%s: the application asked for no records for %.0f s (max_poll_interval %g s):"
+                " giving up every partition; the next poll() or next() joins again",
+                self._engine.config.group_id, now - self._idle_since, self._max_poll_s)
+            self._engine.suspend("max_poll_interval exceeded")
+
+    def _rejoin_if_suspended(self) -> None:
+        if self._engine.suspended:
+            with self._host.lock:
+                self._engine.resume()
+            self._timed_out = False
+            self._coordinator.wake()
+            log.info("%s: the application asks for records again: joining the group",
+                     self._engine.config.group_id)
+
+    def _commit_failed(self) -> CommitFailedError:
+        return CommitFailedError(
+            f"commit refused: this consumer gave its partitions up because the application "
+            f"asked for no records for longer than max_poll_interval ({self._max_poll_s:g} s)"
+            "; their next owner starts from the last committed offset. Poll more often, "
+            "process less per poll, or raise max_poll_interval")
 
     # -- the engine's leases and the fetch plan ---------------------------------------------
 
@@ -139,20 +195,26 @@ class Consumer(StopAndErrors):
         One check of each partition's lease per call, no work per record. Commit what it
         returned with :meth:`commit_batch` (O(partitions)) or record by record."""
         self._raise_background_error()
-        deadline = _monotonic() + timeout_s
-        while True:
-            self._follow_engine()
-            out = self._take(max_records)
-            if out or self._closed or self._stop.is_set():
-                break
-            left = deadline - _monotonic()
-            if left <= 0:
-                break
-            self._fill(left)
-            out = self._take(max_records)
-            if out:
-                break
-            self._raise_background_error()
+        self._asking = True
+        self._asks += 1
+        try:
+            self._rejoin_if_suspended()
+            deadline = _monotonic() + timeout_s
+            while True:
+                self._follow_engine()
+                out = self._take(max_records)
+                if out or self._closed or self._stop.is_set():
+                    break
+                left = deadline - _monotonic()
+                if left <= 0:
+                    break
+                self._fill(left)
+                out = self._take(max_records)
+                if out:
+                    break
+                self._raise_background_error()
+        finally:
+            self._asking = False
         self.records_delivered += len(out)
         self._last_poll = out
         return out
@@ -174,14 +236,18 @@ class Consumer(StopAndErrors):
         amo = self._guard is not None
         guard = self._guard or threading.Lock()
         while True:
+            self._asking = True  # until a record goes out: the application is waiting
             self._raise_background_error()
+            self._rejoin_if_suspended()
             self._follow_engine()
             found = handout.next_batch(_monotonic() * 1000.0)
             if found is None:
                 if self._stop.is_set() or self._closed:
+                    self._asking = False
                     return
                 self._fill(0.2)
                 continue
+            self._asking = False
             feed, limit = found
             lease = feed.lease
             records = feed.records
@@ -219,9 +285,13 @@ class Consumer(StopAndErrors):
 
     def commit(self, record: Any) -> bool:
         """Mark ``record`` processed (at-least-once; at-most-once counts a record as done when
-        it is handed out). O(1) in order. False if its partition is no longer held."""
+        it is handed out). O(1) in order. False if its partition is no longer held;
+        CommitFailedError if it was given up because the application asked for no records
+        for longer than max_poll_interval (until the next poll or next())."""
         lease = self._held.get((record.topic, record.partition))
         if lease is None or lease.deadline == REVOKED:
+            if self._timed_out:
+                raise self._commit_failed()
             return False
         if self._guard is None:
             lease.cursor.commit(record.offset)
@@ -229,7 +299,10 @@ class Consumer(StopAndErrors):
 
     def commit_batch(self, records: Sequence[Any]) -> None:
         """Mark every record of ``records`` processed: O(partitions) for a list that
-        :meth:`poll` returned, record by record otherwise."""
+        :meth:`poll` returned, record by record otherwise. CommitFailedError after
+        max_poll_interval was exceeded (until the next poll)."""
+        if self._timed_out:
+            raise self._commit_failed()
         if self._guard is not None:
             return
         if records is self._last_poll:
@@ -252,7 +325,10 @@ class Consumer(StopAndErrors):
 
     def commit_offsets(self, offsets: Mapping[TopicPartition | TP, int]) -> None:
         """Mark everything handed out before ``offsets[partition]`` (the next offset to
-        consume, Kafka's convention) processed. O(partitions)."""
+        consume, Kafka's convention) processed. O(partitions). CommitFailedError after
+        max_poll_interval was exceeded (until the next poll)."""
+        if self._timed_out:
+            raise self._commit_failed()
         if self._guard is not None:
             return
         for tp, next_offset in offsets.items():

@@ -45,6 +45,8 @@ class MemberEngine(HoldingMember):
         super().__init__(config, log_, rationalizer, source, clock, rng)
         self._reclaim_after_ms: int | None = None
         self._last_balance_release_ms: dict[str, int] = {}
+        #: Set by :meth:`suspend`: holds nothing, claims nothing, until :meth:`resume`.
+        self.suspended = False
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -67,6 +69,22 @@ class MemberEngine(HoldingMember):
         self._closed = True
         self._release(list(self.holdings), "closing", closing=True)
         self._leave()
+
+    def suspend(self, why: str) -> None:
+        """Take no part until :meth:`resume`: release every partition with its committed
+        offset (others take them at once) and announce leaving, so fair members share them
+        out without this one. For an application that stopped asking for records."""
+        if self._closed or self.suspended:
+            return
+        self.suspended = True
+        self._release(list(self.holdings), why)
+        self._leave()
+
+    def resume(self) -> None:
+        """Join again after :meth:`suspend` (announce at the next step, then claim)."""
+        if self.suspended:
+            self.suspended = False
+            self._next_member_heartbeat_ms = 0
 
     # -- the periodic step -------------------------------------------------------------------
 
@@ -93,7 +111,7 @@ class MemberEngine(HoldingMember):
             caught_up = self._read_back(written)  # our heartbeats renew the leases
         self._expire_leases(self.clock.now_ms())
         self._confirm_windows()
-        if not caught_up:
+        if not caught_up or self.suspended:
             return
         self._require_keys_if_signed()
         self._announce_if_due(self.clock.now_ms())

@@ -22,7 +22,11 @@ from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine import EngineConfig, MemberEngine
 from marshal_py.client.engine_types import Balance, Mode, OffsetReset
 from marshal_py.client.fetchers import FetcherKind
-from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
+from marshal_py.client.holdings import (
+    DEFAULT_AMO_WINDOW_MS,
+    DEFAULT_AMO_WINDOW_RECORDS,
+    DEFAULT_MAX_POLL_INTERVAL_MS,
+)
 from marshal_py.client.host import MemberHost
 from marshal_py.client.key_shared_consumer import CommitMode, KeySharedConsumer
 from marshal_py.client.key_shared_engine import KeySharedConfig, KeySharedEngine
@@ -31,6 +35,7 @@ from marshal_py.client.settings import (
     MarshalerConfig,
     data_config,
     isolation_level_of,
+    seconds_to_ms,
 )
 from marshal_py.client.share_consumer import AckMode, ShareConsumer
 from marshal_py.client.share_engine import ShareConfig, ShareEngine
@@ -208,7 +213,8 @@ class Marshaler:
                  offset_reset: OffsetReset = ..., balance: Balance = ...,
                  max_claims: int | None = ..., release_lag: int | None = ...,
                  amo_batch_size: int = ..., amo_window: float = ...,
-                 isolation_level: IsolationLevel | None = ...) -> Consumer: ...
+                 isolation_level: IsolationLevel | None = ...,
+                 max_poll_interval: float = ...) -> Consumer: ...
 
     def consumer(
         self,
@@ -230,6 +236,7 @@ class Marshaler:
         dead_letter_topic: str | None = None,
         start_time: datetime | None = None,
         isolation_level: IsolationLevel | None = None,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL_MS / 1000,
     ) -> Consumer | ShareConsumer | KeySharedConsumer:
         """Join the group on ``topics`` and return the consumer of the partitions it wins.
 
@@ -244,6 +251,11 @@ class Marshaler:
         handed out: a window holds at most ``amo_batch_size`` records and about
         ``amo_window`` seconds of consumption (sized by the measured rate); a crash loses at
         most the records of two windows that were confirmed but not handed out.
+        ``max_poll_interval`` (seconds, default 300 as Kafka's ``max.poll.interval.ms``): an
+        application that asks for no records (``poll()``, ``next()``) for longer gives every
+        partition up (released with its committed offset, so others take over at once) and
+        leaves the group; its late commit raises :class:`~marshal_py.CommitFailedError`, and
+        its next ``poll()`` or ``next()`` joins again. (Exclusive modes only, for now.)
         ``mode="share"`` joins a **share group** (queue semantics, KIP-932): every member
         consumes every partition, acquiring ``batch_size`` records at a time under locks of
         ``lock_duration`` seconds (1..3600), delivered at most ``delivery_limit`` times (2..10)
@@ -285,7 +297,8 @@ class Marshaler:
         else:
             engine, source = self._exclusive_engine(
                 wanted, mode, offset_reset, balance, max_claims, release_lag, data,
-                amo_window_records=amo_batch_size, amo_window_ms=round(amo_window * 1000))
+                amo_window_records=amo_batch_size, amo_window_ms=round(amo_window * 1000),
+                max_poll_interval_ms=seconds_to_ms(max_poll_interval, "max_poll_interval"))
             try:
                 consumer = Consumer(self._host, engine, wanted, data,
                                     fetcher=self.config.fetcher)
@@ -360,7 +373,7 @@ class Marshaler:
 
     def _exclusive_engine(self, topics: tuple[str, ...], mode: Mode, offset_reset: OffsetReset,
                           balance: Balance, max_claims: int | None, release_lag: int | None,
-                          data: KafkaLogConfig, **amo: int,
+                          data: KafkaLogConfig, **extra: int,
                           ) -> tuple[MemberEngine, KafkaPartitionSource]:
         config = EngineConfig(
             group_id=self.group_id,
@@ -374,7 +387,7 @@ class Marshaler:
             max_claims=max_claims,
             release_lag=release_lag,
             replay_window_ms=self.config.replay_window_ms,
-            **amo,
+            **extra,
             checkpoint_interval_ms=self._checkpoint_ms,
         )
         source = self._open_source(topics, data)

@@ -26,7 +26,8 @@ ISOLATION_LEVELS: tuple[IsolationLevel, ...] = ("read_committed", "read_uncommit
 DEFAULT_ISOLATION_LEVEL: IsolationLevel = "read_committed"
 
 
-def _ms(seconds: float, name: str) -> int:
+def seconds_to_ms(seconds: float, name: str) -> int:
+    """``seconds`` of the public API as the library's milliseconds (``name`` for errors)."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise ConfigurationError(f"{name} must be a number of seconds, not {seconds!r}")
     return round(seconds * 1000)
@@ -73,11 +74,11 @@ class MarshalerConfig:
                      fetcher: FetcherKind = "kafka-python") -> MarshalerConfig:
         """Build from the public API's seconds (the one conversion in the library)."""
         return cls(group_id=group_id, client_id=client_id,
-                   heartbeat_interval_ms=_ms(heartbeat_interval, "heartbeat_interval"),
-                   replay_window_ms=_ms(replay_window, "replay_window"),
-                   checkpoint_interval_ms=_ms(checkpoint_interval, "checkpoint_interval"),
-                   offsets_retention_ms=_ms(offsets_retention, "offsets_retention"),
-                   timeout_ms=_ms(timeout, "timeout"),
+                   heartbeat_interval_ms=seconds_to_ms(heartbeat_interval, "heartbeat_interval"),
+                   replay_window_ms=seconds_to_ms(replay_window, "replay_window"),
+                   checkpoint_interval_ms=seconds_to_ms(checkpoint_interval, "checkpoint_interval"),
+                   offsets_retention_ms=seconds_to_ms(offsets_retention, "offsets_retention"),
+                   timeout_ms=seconds_to_ms(timeout, "timeout"),
                    auth_keys=tuple(auth_keys), fetcher=fetcher)
 
 

@@ -1,0 +1,73 @@
+"""The bound on processing time (max_poll_interval) of the exclusive consumer, on a real
+broker: a member whose application stops asking for records gives its partitions up (others
+take them at once), its late commit is refused with CommitFailedError, and its next poll
+joins the group again. At-least-once loses nothing; at-most-once delivers nothing twice."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from marshal_py import CommitFailedError, Marshaler
+from marshal_py.client.consumer import Consumer
+from tests.integration.test_cli_admin import make_topic, wait_for
+
+pytestmark = pytest.mark.integration
+
+HI = 1.0
+PARTITIONS, PER_PARTITION = 2, 50
+
+
+def held(consumer: Consumer) -> set[int]:
+    consumer.poll(timeout_s=0.05, max_records=0)
+    return {tp.partition for tp in consumer.assignment()}
+
+
+@pytest.mark.parametrize("mode", ["alo", "amo"])
+def test_a_hung_handler_gives_its_partitions_up_and_joins_again_when_it_polls(
+        kafka_bootstrap: str, unique_name: str, mode: str) -> None:
+    topic, ctopic = unique_name, f"__marshal-{unique_name}"
+    make_topic(kafka_bootstrap, topic, PARTITIONS, PER_PARTITION)
+    common: dict[str, Any] = dict(heartbeat_interval=HI, coordination_topic=ctopic)
+    settings: dict[str, Any] = dict(offset_reset="earliest", max_poll_interval=2.0)
+    with Marshaler(kafka_bootstrap, f"{topic}.g", "w1", **common) as m1, \
+            Marshaler(kafka_bootstrap, f"{topic}.g", "w2", **common) as m2:
+        c1 = m1.consumer([topic], mode, **settings)
+        assert isinstance(c1, Consumer)
+        wait_for(lambda: held(c1) == {0, 1}, "w1 to hold both partitions")
+        first: list[Any] = []
+        deadline = time.monotonic() + 30
+        while not first:
+            assert time.monotonic() < deadline
+            first = c1.poll(timeout_s=0.5, max_records=5)
+        # w1's handler now hangs: it asks for nothing more. w2 joins and, once w1 has been
+        # silent for max_poll_interval, gets both partitions from the committed offsets.
+        c2 = m2.consumer([topic], mode, **settings)
+        assert isinstance(c2, Consumer)
+        got: list[Any] = []
+        total = PARTITIONS * PER_PARTITION
+        expected = total if mode == "alo" else total - len(first)
+        while len({(r.partition, r.offset) for r in got}) < expected:
+            assert time.monotonic() < deadline + 30, f"w2 got {len(got)} of {expected}"
+            records = c2.poll(timeout_s=0.5)
+            got += records
+            c2.commit_batch(records)
+        assert held(c2) == {0, 1}
+        with pytest.raises(CommitFailedError, match="max_poll_interval"):
+            c1.commit(first[0])
+        with pytest.raises(CommitFailedError):
+            c1.commit_batch(first)
+        # The late handler asks again: it joins, and fair balance gives it a partition.
+        wait_for(lambda: len(held(c1)) == 1 and len(held(c2)) == 1, "one partition each")
+        c1.commit_batch([])  # committing works again
+        c1.close()
+        c2.close()
+    if mode == "amo":  # nothing twice: what w1 handed out counts as done
+        counts = Counter((r.partition, r.offset) for r in [*first, *got])
+        assert len(counts) == total and max(counts.values()) == 1
+    else:
+        assert {(r.partition, r.offset) for r in got} == {
+            (p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
