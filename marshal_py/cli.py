@@ -40,12 +40,9 @@ from marshal_py.admin.world_view import (
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine_types import Balance, Mode, OffsetReset
 from marshal_py.client.fetchers import FETCHER_KINDS, FetcherKind
-from marshal_py.client.holdings import (
-    DEFAULT_AMO_WINDOW_MS,
-    DEFAULT_AMO_WINDOW_RECORDS,
-    DEFAULT_MAX_POLL_INTERVAL_MS,
-)
+from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
 from marshal_py.client.key_shared_consumer import KeySharedConsumer
+from marshal_py.client.member_base import DEFAULT_MAX_POLL_INTERVAL_MS
 from marshal_py.client.settings import ISOLATION_LEVELS, IsolationLevel
 from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
 from marshal_py.errors import CommitFailedError, MarshalError
@@ -348,8 +345,8 @@ def _record_json(record: Any) -> dict[str, object]:
                    "[default: --command-config's isolation.level, else read_committed]")
 @click.option("--max-poll-interval", type=click.FloatRange(min=0.001),
               default=DEFAULT_MAX_POLL_INTERVAL_MS / 1000, show_default=True,
-              help="alo/amo: seconds the record handling may take before this member gives "
-                   "its partitions up (as Kafka's max.poll.interval.ms).")
+              help="Seconds the record handling may take before this member gives its work "
+                   "up to the others (as Kafka's max.poll.interval.ms).")
 @click.option("--max-records", type=click.IntRange(min=1),
               help="Stop (commit and release) after N records.")
 @click.option("--print", "print_records", is_flag=True,
@@ -379,7 +376,8 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
         consumer: Consumer | ShareConsumer | KeySharedConsumer
         if mode == "key-shared":
             consumer = marshaler.consumer(list(topics), "key-shared", offset_reset=reset,
-                                          isolation_level=isolation)
+                                          isolation_level=isolation,
+                                          max_poll_interval=max_poll_interval)
         elif mode == "share":
             start_time = None
             if start_datetime is not None:
@@ -396,7 +394,8 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
                                           batch_size=batch_size or 100,
                                           dead_letter_topic=dead_letter_topic,
                                           acknowledgement="explicit", start_time=start_time,
-                                          isolation_level=isolation)
+                                          isolation_level=isolation,
+                                          max_poll_interval=max_poll_interval)
         else:
             consumer = marshaler.consumer(list(topics), cast(Mode, mode), offset_reset=reset,
                                           balance=cast(Balance, balance),
@@ -439,7 +438,10 @@ def _consume_loop(consumer: Consumer | ShareConsumer | KeySharedConsumer, print_
                 except CommitFailedError as exc:  # stdout blocked past --max-poll-interval
                     click.echo(f"marshal consume: {exc}", err=True)
             elif isinstance(consumer, ShareConsumer) and isinstance(record, ShareRecord):
-                consumer.ack(record, "release" if record.offset in poison else "accept")
+                try:
+                    consumer.ack(record, "release" if record.offset in poison else "accept")
+                except CommitFailedError as exc:
+                    click.echo(f"marshal consume: {exc}", err=True)
             count += 1
             now = time.monotonic()
             if not print_records and now - last_report >= 5:

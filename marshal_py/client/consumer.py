@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from kafka import TopicPartition
 
 from marshal_py.client.coordinator import FollowingCoordinator
-from marshal_py.client.delivery import StopAndErrors
+from marshal_py.client.delivery import PollWatch, StopAndErrors, warn_suspended
 from marshal_py.client.engine import EngineStats, MemberEngine
 from marshal_py.client.fetchers import DataFetcher, FetcherKind, open_fetcher
 from marshal_py.client.handout import HandOut
@@ -77,14 +77,7 @@ class Consumer(StopAndErrors):
         if self._guard is not None:
             engine.handout_guard = self._guard
         engine.follows_log = True
-        # The application's requests for records, for the max_poll_interval watch: poll()
-        # calls (records iterated count too), and whether it waits inside one now.
-        self._asks = 0
-        self._asking = False
-        self._seen_asks = -1
-        self._idle_since = _monotonic()
-        self._max_poll_s = engine.config.max_poll_interval_ms / 1000
-        self._timed_out = False
+        self._poll_watch = self._watch = PollWatch(engine.config.max_poll_interval_ms)
         self._coordinator = FollowingCoordinator(
             name="marshal-coordinator", lock=host.lock, step=self._step,
             follow=engine.follow, next_due_ms=self._next_due_ms,
@@ -111,41 +104,30 @@ class Consumer(StopAndErrors):
         due = self._engine.next_due_ms()
         if self._engine.suspended:
             return due
-        left_ms = (self._idle_since + self._max_poll_s - _monotonic()) * 1000
-        return min(due, self._engine.clock.now_ms() + max(0, int(left_ms)) + 1)
+        left_ms = int(self._poll_watch.left_s() * 1000)
+        return min(due, self._engine.clock.now_ms() + max(0, left_ms) + 1)
 
     def _watch_poll_interval(self) -> None:
         """Suspend the engine (release every partition, leave the group) when the application
         has asked for no records for longer than max_poll_interval, as Kafka's consumers
         leave their group (KIP-62): a hung handler must not hold its partitions forever."""
-        now = _monotonic()
-        asks = self._asks + self.records_delivered
-        if self._asking or asks != self._seen_asks:
-            self._seen_asks, self._idle_since = asks, now
-            return
-        if now - self._idle_since > self._max_poll_s and not self._engine.suspended:
-            self._timed_out = True
-            log.warning(
-                "%s: the application asked for no records for %.0f s (max_poll_interval %g s):"
-                " giving up every partition; the next poll() or next() joins again",
-                self._engine.config.group_id, now - self._idle_since, self._max_poll_s)
+        watch = self._poll_watch
+        if watch.expired(self.records_delivered) and not self._engine.suspended:
+            watch.timed_out = True
+            warn_suspended(self._engine.config.group_id, watch, "every partition")
             self._engine.suspend("max_poll_interval exceeded")
 
     def _rejoin_if_suspended(self) -> None:
         if self._engine.suspended:
             with self._host.lock:
                 self._engine.resume()
-            self._timed_out = False
+            self._poll_watch.timed_out = False
             self._coordinator.wake()
             log.info("%s: the application asks for records again: joining the group",
                      self._engine.config.group_id)
 
     def _commit_failed(self) -> CommitFailedError:
-        return CommitFailedError(
-            f"commit refused: this consumer gave its partitions up because the application "
-            f"asked for no records for longer than max_poll_interval ({self._max_poll_s:g} s)"
-            "; their next owner starts from the last committed offset. Poll more often, "
-            "process less per poll, or raise max_poll_interval")
+        return self._poll_watch.failure("commit")
 
     # -- the engine's leases and the fetch plan ---------------------------------------------
 
@@ -195,8 +177,9 @@ class Consumer(StopAndErrors):
         One check of each partition's lease per call, no work per record. Commit what it
         returned with :meth:`commit_batch` (O(partitions)) or record by record."""
         self._raise_background_error()
-        self._asking = True
-        self._asks += 1
+        watch = self._poll_watch
+        watch.asking = True
+        watch.asks += 1
         try:
             self._rejoin_if_suspended()
             deadline = _monotonic() + timeout_s
@@ -214,7 +197,7 @@ class Consumer(StopAndErrors):
                     break
                 self._raise_background_error()
         finally:
-            self._asking = False
+            watch.asking = False
         self.records_delivered += len(out)
         self._last_poll = out
         return out
@@ -235,19 +218,20 @@ class Consumer(StopAndErrors):
         handout = self._handout
         amo = self._guard is not None
         guard = self._guard or threading.Lock()
+        watch = self._poll_watch
         while True:
-            self._asking = True  # until a record goes out: the application is waiting
+            watch.asking = True  # until a record goes out: the application is waiting
             self._raise_background_error()
             self._rejoin_if_suspended()
             self._follow_engine()
             found = handout.next_batch(_monotonic() * 1000.0)
             if found is None:
                 if self._stop.is_set() or self._closed:
-                    self._asking = False
+                    watch.asking = False
                     return
                 self._fill(0.2)
                 continue
-            self._asking = False
+            watch.asking = False
             feed, limit = found
             lease = feed.lease
             records = feed.records
@@ -290,7 +274,7 @@ class Consumer(StopAndErrors):
         for longer than max_poll_interval (until the next poll or next())."""
         lease = self._held.get((record.topic, record.partition))
         if lease is None or lease.deadline == REVOKED:
-            if self._timed_out:
+            if self._poll_watch.timed_out:
                 raise self._commit_failed()
             return False
         if self._guard is None:
@@ -301,7 +285,7 @@ class Consumer(StopAndErrors):
         """Mark every record of ``records`` processed: O(partitions) for a list that
         :meth:`poll` returned, record by record otherwise. CommitFailedError after
         max_poll_interval was exceeded (until the next poll)."""
-        if self._timed_out:
+        if self._poll_watch.timed_out:
             raise self._commit_failed()
         if self._guard is not None:
             return
@@ -327,7 +311,7 @@ class Consumer(StopAndErrors):
         """Mark everything handed out before ``offsets[partition]`` (the next offset to
         consume, Kafka's convention) processed. O(partitions). CommitFailedError after
         max_poll_interval was exceeded (until the next poll)."""
-        if self._timed_out:
+        if self._poll_watch.timed_out:
             raise self._commit_failed()
         if self._guard is not None:
             return

@@ -45,8 +45,6 @@ class MemberEngine(HoldingMember):
         super().__init__(config, log_, rationalizer, source, clock, rng)
         self._reclaim_after_ms: int | None = None
         self._last_balance_release_ms: dict[str, int] = {}
-        #: Set by :meth:`suspend`: holds nothing, claims nothing, until :meth:`resume`.
-        self.suspended = False
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -79,12 +77,6 @@ class MemberEngine(HoldingMember):
         self.suspended = True
         self._release(list(self.holdings), why)
         self._leave()
-
-    def resume(self) -> None:
-        """Join again after :meth:`suspend` (announce at the next step, then claim)."""
-        if self.suspended:
-            self.suspended = False
-            self._next_member_heartbeat_ms = 0
 
     # -- the periodic step -------------------------------------------------------------------
 

@@ -41,9 +41,6 @@ TP = tuple[str, int]
 DEFAULT_AMO_WINDOW_RECORDS = 10_000
 #: Default span of one at-most-once window: about this much consumption time.
 DEFAULT_AMO_WINDOW_MS = 100
-#: Default bound on the time between two requests of the application for records (Kafka's
-#: max.poll.interval.ms default, KIP-62).
-DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
 
 
 @dataclass(frozen=True)
@@ -60,9 +57,6 @@ class EngineConfig(MemberConfig):
     amo_window_records: int = DEFAULT_AMO_WINDOW_RECORDS
     #: ...and about this much consumption time (the delivering side sizes it).
     amo_window_ms: int = DEFAULT_AMO_WINDOW_MS
-    #: An application that asks for no records for longer than this gives its partitions up
-    #: (the delivering side watches; the engine suspends).
-    max_poll_interval_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -78,8 +72,6 @@ class EngineConfig(MemberConfig):
             raise ConfigurationError("amo_batch_size must be >= 1 record")
         if not 1 <= self.amo_window_ms <= 60_000:
             raise ConfigurationError("amo_window must be between 0.001 and 60 seconds")
-        if self.max_poll_interval_ms < 1:
-            raise ConfigurationError("max_poll_interval must be > 0 seconds")
 
 
 @dataclass

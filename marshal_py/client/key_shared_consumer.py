@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from kafka import TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
+from marshal_py.client.delivery import PollWatch
 from marshal_py.client.key_shared_engine import KeySharedEngine
 from marshal_py.client.member_consumer import MemberConsumer
 from marshal_py.errors import ConfigurationError
@@ -80,6 +81,8 @@ class KeySharedConsumer(MemberConsumer[ConsumerRecord]):
     releases every slot at its position so others take over at once, and leaves the group.
     """
 
+    _engine: KeySharedEngine
+
     def __init__(self, host: MemberHost, engine: KeySharedEngine, kafka: KafkaLogConfig,
                  tick_interval_s: float, commit_mode: CommitMode = "implicit") -> None:
         if commit_mode not in ("implicit", "explicit"):
@@ -95,13 +98,19 @@ class KeySharedConsumer(MemberConsumer[ConsumerRecord]):
         self._handed: list[ConsumerRecord] = []
         # Commits wait here (deque appends are thread-safe) until the engine's lock is held.
         self._pending_commits: deque[tuple[str, int, int]] = deque()
+        self._watch = PollWatch(engine.config.max_poll_interval_ms)
         self._start_coordination("marshal-key-shared", tick_interval_s)
 
     # -- background coordination --------------------------------------------------------------
 
     def _step(self) -> None:
         self._apply_commits()
+        self._watch_poll_interval("its key slots")
         self._engine.tick()
+
+    def _after_rejoin(self) -> None:
+        self._handed.clear()  # their slots were released at these records' offsets
+        self._pending_commits.clear()
 
     def _apply_commits(self) -> None:
         """Hand queued commits to the engine (call with the lock held)."""
@@ -173,15 +182,23 @@ class KeySharedConsumer(MemberConsumer[ConsumerRecord]):
         """Up to ``max_records`` records, waiting at most about ``timeout_s`` for the first.
         Implicit mode first commits what the previous call handed out."""
         self._raise_background_error()
+        watch = self._asking()
         self._settle()
-        if not self._buffer and not self._closed:
-            self._fetch(timeout_s)
-        return self._drain(max_records)
+        watch.asking = True
+        try:
+            if not self._buffer and not self._closed:
+                self._fetch(timeout_s)
+            return self._drain(max_records)
+        finally:
+            watch.asking = False
 
     def commit(self, record: ConsumerRecord) -> bool:
         """Mark a handed-out ``record`` processed (explicit mode; in implicit mode records are
         committed by the next call anyway). False if its slot is no longer this member's (a
-        successor will deliver it again)."""
+        successor will deliver it again). CommitFailedError after max_poll_interval was
+        exceeded (until the next poll or next())."""
+        if self._watch is not None and self._watch.timed_out:
+            raise self._watch.failure("commit")
         self._pending_commits.append((record.topic, record.partition, record.offset))
         return self._engine.owns(record.topic, record.partition, key_slot(record.key))
 

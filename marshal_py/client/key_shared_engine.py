@@ -224,6 +224,20 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
         if self._closed:
             return
         self._closed = True
+        self._release_all()
+        self._leave()
+
+    def suspend(self) -> None:
+        """Take no part until :meth:`resume`, as :meth:`close` does (every slot released at
+        its cursor, uncommitted records at their own offset; leave the group). For an
+        application that stopped asking for records (max_poll_interval)."""
+        if self._closed or self.suspended:
+            return
+        self.suspended = True
+        self._release_all()
+        self._leave()
+
+    def _release_all(self) -> None:
         for holding in list(self.holdings.values()):
             holding.materialize()
             offsets: dict[int, int] = {}
@@ -237,7 +251,6 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
                 log.warning("could not release the key slots of %s/%d: %s", holding.topic,
                             holding.partition, exc)
         self.holdings.clear()
-        self._leave()
 
     # -- the periodic step -------------------------------------------------------------------
 
@@ -249,7 +262,7 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
         caught_up = self._refresh()
         if self._send_heartbeats(self.clock.now_ms()) and caught_up:
             caught_up = self._refresh()  # read our heartbeats back: that renews the leases
-        if not caught_up:
+        if not caught_up or self.suspended:
             return
         self._require_keys_if_signed()
         self._announce_if_due(self.clock.now_ms())

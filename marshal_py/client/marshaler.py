@@ -22,14 +22,11 @@ from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine import EngineConfig, MemberEngine
 from marshal_py.client.engine_types import Balance, Mode, OffsetReset
 from marshal_py.client.fetchers import FetcherKind
-from marshal_py.client.holdings import (
-    DEFAULT_AMO_WINDOW_MS,
-    DEFAULT_AMO_WINDOW_RECORDS,
-    DEFAULT_MAX_POLL_INTERVAL_MS,
-)
+from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
 from marshal_py.client.host import MemberHost
 from marshal_py.client.key_shared_consumer import CommitMode, KeySharedConsumer
 from marshal_py.client.key_shared_engine import KeySharedConfig, KeySharedEngine
+from marshal_py.client.member_base import DEFAULT_MAX_POLL_INTERVAL_MS
 from marshal_py.client.settings import (
     IsolationLevel,
     MarshalerConfig,
@@ -200,13 +197,15 @@ class Marshaler:
                  acknowledgement: AckMode = ..., batch_size: int = ...,
                  dead_letter_topic: str | None = ...,
                  start_time: datetime | None = ...,
-                 isolation_level: IsolationLevel | None = ...) -> ShareConsumer: ...
+                 isolation_level: IsolationLevel | None = ...,
+                 max_poll_interval: float = ...) -> ShareConsumer: ...
 
     @overload
     def consumer(self, topics: Iterable[str], mode: Literal["key-shared"], *,
                  offset_reset: OffsetReset = ...,
                  commit_mode: CommitMode = ...,
-                 isolation_level: IsolationLevel | None = ...) -> KeySharedConsumer: ...
+                 isolation_level: IsolationLevel | None = ...,
+                 max_poll_interval: float = ...) -> KeySharedConsumer: ...
 
     @overload
     def consumer(self, topics: Iterable[str], mode: Mode = ..., *,
@@ -251,11 +250,14 @@ class Marshaler:
         handed out: a window holds at most ``amo_batch_size`` records and about
         ``amo_window`` seconds of consumption (sized by the measured rate); a crash loses at
         most the records of two windows that were confirmed but not handed out.
-        ``max_poll_interval`` (seconds, default 300 as Kafka's ``max.poll.interval.ms``): an
-        application that asks for no records (``poll()``, ``next()``) for longer gives every
-        partition up (released with its committed offset, so others take over at once) and
-        leaves the group; its late commit raises :class:`~marshal_py.CommitFailedError`, and
-        its next ``poll()`` or ``next()`` joins again. (Exclusive modes only, for now.)
+        ``max_poll_interval`` (seconds, default 300 as Kafka's ``max.poll.interval.ms``; every
+        mode): an application that asks for no records (``poll()``, ``next()``) for longer
+        gives its work up and leaves the group — partitions released with their committed
+        offsets, share records released with their delivery counts (so a record that hangs
+        every handler reaches the delivery limit), key slots released at their cursors — so
+        others take over at once; its late commit or acknowledgement raises
+        :class:`~marshal_py.CommitFailedError`, and its next ``poll()`` or ``next()`` joins
+        again.
         ``mode="share"`` joins a **share group** (queue semantics, KIP-932): every member
         consumes every partition, acquiring ``batch_size`` records at a time under locks of
         ``lock_duration`` seconds (1..3600), delivered at most ``delivery_limit`` times (2..10)
@@ -283,14 +285,16 @@ class Marshaler:
                 f"mode must be one of {', '.join(map(repr, CONSUMER_MODES))}, not {mode!r}")
         wanted = tuple(dict.fromkeys(topics))
         data = self._data_config(isolation_level)
+        max_poll_ms = seconds_to_ms(max_poll_interval, "max_poll_interval")
         consumer: Consumer | ShareConsumer | KeySharedConsumer
         if mode == "key-shared":
-            keyed, source = self._key_shared_engine(wanted, offset_reset, data)
+            keyed, source = self._key_shared_engine(wanted, offset_reset, data, max_poll_ms)
             consumer = KeySharedConsumer(self._host, keyed, data, self._tick_s, commit_mode)
         elif mode == "share":
             share, source = self._share_engine(wanted, offset_reset, lock_duration,
                                                delivery_limit, inflight_limit, batch_size,
-                                               start_time, dead_letter_topic, data)
+                                               start_time, dead_letter_topic, data,
+                                               max_poll_ms)
             consumer = ShareConsumer(
                 self._host, share, data, self._share_tick_s(lock_duration),
                 acknowledgement, dead_letter_topic)
@@ -298,7 +302,7 @@ class Marshaler:
             engine, source = self._exclusive_engine(
                 wanted, mode, offset_reset, balance, max_claims, release_lag, data,
                 amo_window_records=amo_batch_size, amo_window_ms=round(amo_window * 1000),
-                max_poll_interval_ms=seconds_to_ms(max_poll_interval, "max_poll_interval"))
+                max_poll_interval_ms=max_poll_ms)
             try:
                 consumer = Consumer(self._host, engine, wanted, data,
                                     fetcher=self.config.fetcher)
@@ -400,6 +404,7 @@ class Marshaler:
                       lock_duration: float, delivery_limit: int, inflight_limit: int,
                       batch_size: int, start_time: datetime | None,
                       dead_letter_topic: str | None, data: KafkaLogConfig,
+                      max_poll_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS,
                       ) -> tuple[ShareEngine, KafkaPartitionSource]:
         config = ShareConfig(
             group_id=self.group_id, client_id=self.client_id, instance_id=self.instance_id,
@@ -408,7 +413,7 @@ class Marshaler:
             inflight_limit=inflight_limit, offset_reset=offset_reset, batch_size=batch_size,
             start_time_ms=None if start_time is None else int(start_time.timestamp() * 1000),
             replay_window_ms=self.config.replay_window_ms,
-            checkpoint_interval_ms=self._checkpoint_ms,
+            checkpoint_interval_ms=self._checkpoint_ms, max_poll_interval_ms=max_poll_ms,
         )
         source = self._open_source(
             topics + ((dead_letter_topic,) if dead_letter_topic else ()), data)
@@ -418,13 +423,13 @@ class Marshaler:
         return engine, source
 
     def _key_shared_engine(self, topics: tuple[str, ...], offset_reset: OffsetReset,
-                           data: KafkaLogConfig,
+                           data: KafkaLogConfig, max_poll_ms: int,
                            ) -> tuple[KeySharedEngine, KafkaPartitionSource]:
         config = KeySharedConfig(
             group_id=self.group_id, client_id=self.client_id, instance_id=self.instance_id,
             topics=topics, heartbeat_interval_ms=self._hi_ms, offset_reset=offset_reset,
             replay_window_ms=self.config.replay_window_ms,
-            checkpoint_interval_ms=self._checkpoint_ms,
+            checkpoint_interval_ms=self._checkpoint_ms, max_poll_interval_ms=max_poll_ms,
         )
         source = self._open_source(topics, data)
         engine = KeySharedEngine(config, self._log, self.rationalizer, source, self.clock,

@@ -64,6 +64,11 @@ def check_group_settings(group_id: str, client_id: str, heartbeat_interval_ms: i
         raise ConfigurationError("checkpoint_interval must be at least 1 second")
 
 
+#: Default bound on the time between two requests of the application for records (Kafka's
+#: max.poll.interval.ms default, KIP-62).
+DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
+
+
 @dataclass(frozen=True)
 class MemberConfig:
     """Settings every member has, whatever its mode. Times in milliseconds."""
@@ -76,10 +81,15 @@ class MemberConfig:
     offset_reset: OffsetReset = "latest"
     replay_window_ms: int = DEFAULT_REPLAY_WINDOW_MS
     checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS
+    #: An application that asks for no records for longer than this gives its work up (its
+    #: consumer watches; the engine suspends).
+    max_poll_interval_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS
 
     def __post_init__(self) -> None:
         check_group_settings(self.group_id, self.client_id, self.heartbeat_interval_ms,
                              self.replay_window_ms, self.checkpoint_interval_ms)
+        if self.max_poll_interval_ms < 1:
+            raise ConfigurationError("max_poll_interval must be > 0 seconds")
         if not self.instance_id:
             raise ConfigurationError("instance_id is empty")
         if not self.topics or any(not t for t in self.topics):
@@ -127,6 +137,9 @@ class GroupMember(Generic[ConfigT]):
         #: Broker time of this process's first membership heartbeat (set by :meth:`_join`).
         self._joined_ms: int | None = None
         self._next_member_heartbeat_ms = 0
+        #: Set by the engine's ``suspend()`` (the application stopped asking for records, see
+        #: max_poll_interval): it holds and claims nothing until :meth:`resume`.
+        self.suspended = False
         self._closed = False
         #: Partition count of each topic when this member started (see _reset_position).
         self._first_counts: dict[str, int] = {}
@@ -181,6 +194,12 @@ class GroupMember(Generic[ConfigT]):
                 f"group {group!r} is authenticated (its coordination records are signed) but "
                 "this member has no key; pass the group's keys (Marshaler(auth_keys=...), "
                 "marshal ... --auth-keys FILE)")
+
+    def resume(self) -> None:
+        """Join again after ``suspend()``: announce at the next step, then claim."""
+        if self.suspended:
+            self.suspended = False
+            self._next_member_heartbeat_ms = 0
 
     def _announce_if_due(self, now: int, *, strict: bool = False) -> None:
         """Write the periodic membership heartbeats when due (``strict``: errors propagate)."""

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from marshal_py.client.coordinator import CoordinationThread
-from marshal_py.client.delivery import DeliveryLoop
+from marshal_py.client.delivery import DeliveryLoop, PollWatch, warn_suspended
 from marshal_py.client.fetchers import FetchedBatch, KafkaPythonFetcher
+from marshal_py.client.member_base import MemberConfig
 from marshal_py.log.kafka import KafkaLogConfig
 
 if TYPE_CHECKING:
@@ -24,6 +25,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
+
+
+class SuspendableEngine(Protocol):
+    """What the max_poll_interval watch needs of an engine."""
+
+    suspended: bool
+
+    @property
+    def config(self) -> MemberConfig: ...
+
+    def suspend(self) -> None: ...
+
+    def resume(self) -> None: ...
 TP = tuple[str, int]
 
 
@@ -34,6 +48,9 @@ class MemberConsumer(DeliveryLoop[R], Generic[R]):
     :meth:`_step` (one coordination step, called with the lock held) and
     :meth:`_close_engine` (called with the lock held while closing).
     """
+
+    #: The engine (set by the subclass, which narrows the type).
+    _engine: SuspendableEngine
 
     def __init__(self, host: MemberHost, kafka: KafkaLogConfig) -> None:
         super().__init__()
@@ -55,6 +72,45 @@ class MemberConsumer(DeliveryLoop[R], Generic[R]):
 
     def _step(self) -> None:
         raise NotImplementedError
+
+    # -- the bound on processing time (max_poll_interval) ----------------------------------
+
+    def _watch_poll_interval(self, what: str) -> None:
+        """Suspend the engine when the application has asked for no records for longer than
+        max_poll_interval (call from :meth:`_step`, with the lock held): its work goes to
+        other members, as a Kafka consumer leaves its group (KIP-62)."""
+        watch, engine = self._watch, self._engine
+        if watch is None or engine.suspended or not watch.expired(self.records_delivered):
+            return
+        watch.timed_out = True
+        warn_suspended(engine.config.group_id, watch, what)
+        self._before_suspend()
+        engine.suspend()
+
+    def _before_suspend(self) -> None:
+        """What the consumer does with the lock held right before its engine suspends."""
+
+    def _rejoin_if_suspended(self) -> None:
+        watch = self._watch
+        if watch is None or not self._engine.suspended:
+            return
+        with self._lock:
+            self._engine.resume()
+            self._after_rejoin()
+        watch.timed_out = False
+        log.info("%s: the application asks for records again: joining the group",
+                 self._engine.config.group_id)
+
+    def _after_rejoin(self) -> None:
+        """Forget what was handed out before the suspension (called with the lock held)."""
+
+    def _asking(self) -> PollWatch:
+        """Count a request of the application (poll) and rejoin if suspended."""
+        watch = self._watch
+        assert watch is not None
+        watch.asks += 1
+        self._rejoin_if_suspended()
+        return watch
 
     def _close_engine(self) -> None:
         raise NotImplementedError

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
+from marshal_py.client.delivery import PollWatch
 from marshal_py.client.member_consumer import MemberConsumer
 from marshal_py.client.share_engine import ShareEngine, ShareStats
 from marshal_py.errors import BrokerUnavailableError, ConfigurationError, MarshalError
@@ -64,6 +65,8 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
     ``marshal.reason``. A member that crashes at a record's last attempt copies nothing.
     """
 
+    _engine: ShareEngine
+
     def __init__(self, host: MemberHost, engine: ShareEngine, kafka: KafkaLogConfig,
                  tick_interval_s: float, acknowledgement: AckMode = "implicit",
                  dead_letter_topic: str | None = None) -> None:
@@ -81,13 +84,28 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         self._to_fetch: dict[TP, dict[int, int]] = {}  # acquired, not fetched: offset -> count
         self._buffer: deque[ShareRecord] = deque()
         self._unacked: dict[tuple[TP, int], ShareRecord] = {}
+        self._watch = PollWatch(engine.config.max_poll_interval_ms)
         self._start_coordination("marshal-share", tick_interval_s)
 
     # -- background: membership, renewals, acknowledgements, pre-claiming -----------------------
 
     def _step(self) -> None:
+        self._watch_poll_interval("its acquired records")
         self._engine.tick()
-        self._preclaim()
+        if not self._engine.suspended:
+            self._preclaim()
+
+    def _before_suspend(self) -> None:
+        """Records handed out at their last attempt are archived by the release: copy them
+        to the dead-letter topic first; drop what was acquired and not fetched."""
+        limit = self._engine.config.delivery_limit
+        for record in list(self._unacked.values()):
+            if record.delivery_count >= limit:
+                self._dead_letter(record, "max-poll-interval-at-delivery-limit")
+        self._to_fetch.clear()
+
+    def _after_rejoin(self) -> None:
+        self._unacked.clear()  # released when the work was given up
 
     def _preclaim(self) -> None:
         """Keep a batch per partition acquired ahead of the application (call with the lock
@@ -176,10 +194,15 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         """Up to ``max_records`` records. Implicit mode first accepts what the previous poll
         handed out; explicit mode first requires it to be acknowledged."""
         self._raise_background_error()
+        watch = self._asking()
         self._settle_previous_batch()
-        if not self._buffer and not self._closed:
-            self._fetch(timeout_s)
-        return self._drain(max_records)
+        watch.asking = True
+        try:
+            if not self._buffer and not self._closed:
+                self._fetch(timeout_s)
+            return self._drain(max_records)
+        finally:
+            watch.asking = False
 
     def _next_buffered(self) -> ShareRecord | None:
         while self._buffer:
@@ -229,6 +252,8 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         if kind not in APPLICATION_ACK_KINDS:
             raise ConfigurationError(f"acknowledgement kind must be one of "
                                      f"{', '.join(sorted(APPLICATION_ACK_KINDS))}, not {kind!r}")
+        if self._watch is not None and self._watch.timed_out:
+            raise self._watch.failure("acknowledgement")
         key = ((record.topic, record.partition), record.offset)
         self._unacked.pop(key, None)
         if kind == "release" and record.delivery_count >= self._engine.config.delivery_limit:

@@ -122,11 +122,31 @@ class ShareEngine(GroupMember[ShareConfig]):
             self._closed = True
         self._leave()
 
+    def suspend(self) -> None:
+        """Take no part until :meth:`resume`: release what is held but unacknowledged (its
+        delivery counts stay, so a record that hangs every handler reaches the delivery
+        limit), acquire and renew nothing, leave. For an application that stopped asking
+        for records (max_poll_interval)."""
+        if self._closed or self.suspended:
+            return
+        self.suspended = True
+        for tp, offsets in list(self.held.items()):
+            self._pending[(tp, "release")].extend(offsets)
+        self.held.clear()
+        self._lock_expiry.clear()
+        try:
+            self.flush()
+        except MarshalError as exc:
+            log.warning("could not release share records: %s", exc)
+        self._leave()
+
     def tick(self) -> None:
         """Catch up, announce membership, initialize new share-partitions, renew locks."""
         if self._closed:
             return
         self._catch_up()
+        if self.suspended:
+            return
         now = self.clock.now_ms()
         self._require_keys_if_signed()
         self._announce_if_due(now, strict=True)
@@ -162,7 +182,7 @@ class ShareEngine(GroupMember[ShareConfig]):
         records up to the partition's end (or ``until``, exclusive); members start new ranges
         at different places."""
         share = self.rationalizer.share_partition(self.config.group_id, topic, partition)
-        if share is None or self._closed:
+        if share is None or self._closed or self.suspended:
             return []
         wanted = max_records or self.config.batch_size
         now = self.clock.now_ms()

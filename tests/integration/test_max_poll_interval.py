@@ -71,3 +71,66 @@ def test_a_hung_handler_gives_its_partitions_up_and_joins_again_when_it_polls(
     else:
         assert {(r.partition, r.offset) for r in got} == {
             (p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
+
+
+def test_a_hung_share_member_releases_its_records_with_their_delivery_counts(
+        kafka_bootstrap: str, unique_name: str) -> None:
+    topic, ctopic = unique_name, f"__marshal-{unique_name}"
+    make_topic(kafka_bootstrap, topic, 1, 20)
+    common: dict[str, Any] = dict(heartbeat_interval=HI, coordination_topic=ctopic)
+    # Locks of 60 s, renewed while the member lives: without the bound, w2 would wait.
+    settings: dict[str, Any] = dict(offset_reset="earliest", max_poll_interval=2.0,
+                                    lock_duration=60.0, acknowledgement="explicit",
+                                    batch_size=20)
+    with Marshaler(kafka_bootstrap, f"{topic}.g", "w1", **common) as m1, \
+            Marshaler(kafka_bootstrap, f"{topic}.g", "w2", **common) as m2:
+        c1 = m1.consumer([topic], "share", **settings)
+        first: list[Any] = []
+        deadline = time.monotonic() + 30
+        while not first:
+            assert time.monotonic() < deadline
+            first = c1.poll(timeout_s=0.5, max_records=5)
+        # w1's handler hangs on these records; w2 gets every record within seconds.
+        c2 = m2.consumer([topic], "share", **settings)
+        got: dict[int, int] = {}
+        while len(got) < 20:
+            assert time.monotonic() < deadline + 30, f"w2 got {sorted(got)}"
+            for record in c2.poll(timeout_s=0.5):
+                got[record.offset] = record.delivery_count
+                c2.ack(record, "accept")
+        assert {got[r.offset] for r in first} == {2}  # w1's attempt counted
+        with pytest.raises(CommitFailedError, match="max_poll_interval"):
+            c1.ack(first[0], "accept")
+        assert c1.poll(timeout_s=0.2) == []  # joins again; nothing left to get
+        c1.close()
+        c2.close()
+
+
+def test_a_hung_key_shared_member_releases_its_slots(kafka_bootstrap: str,
+                                                     unique_name: str) -> None:
+    topic, ctopic = unique_name, f"__marshal-{unique_name}"
+    make_topic(kafka_bootstrap, topic, 1, 40)
+    common: dict[str, Any] = dict(heartbeat_interval=HI, coordination_topic=ctopic)
+    settings: dict[str, Any] = dict(offset_reset="earliest", max_poll_interval=2.0,
+                                    commit_mode="explicit")
+    with Marshaler(kafka_bootstrap, f"{topic}.g", "w1", **common) as m1, \
+            Marshaler(kafka_bootstrap, f"{topic}.g", "w2", **common) as m2:
+        c1 = m1.consumer([topic], "key-shared", **settings)
+        first: list[Any] = []
+        deadline = time.monotonic() + 30
+        while not first:
+            assert time.monotonic() < deadline
+            first = c1.poll(timeout_s=0.5, max_records=5)
+        c2 = m2.consumer([topic], "key-shared", **settings)
+        got: set[int] = set()
+        while len(got) < 40:
+            assert time.monotonic() < deadline + 30, f"w2 got {len(got)} of 40"
+            for record in c2.poll(timeout_s=0.5):
+                got.add(record.offset)
+                c2.commit(record)
+        assert {r.offset for r in first} <= got  # uncommitted: delivered again by w2
+        with pytest.raises(CommitFailedError, match="max_poll_interval"):
+            c1.commit(first[0])
+        c1.poll(timeout_s=0.2)  # joins again
+        c1.close()
+        c2.close()
