@@ -181,16 +181,7 @@ class KeySharedConsumer(MemberConsumer[ConsumerRecord]):
     def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[ConsumerRecord]:
         """Up to ``max_records`` records, waiting at most about ``timeout_s`` for the first.
         Implicit mode first commits what the previous call handed out."""
-        self._raise_background_error()
-        watch = self._asking()
-        self._settle()
-        watch.asking = True
-        try:
-            if not self._buffer and not self._closed:
-                self._fetch(timeout_s)
-            return self._drain(max_records)
-        finally:
-            watch.asking = False
+        return self._poll_buffer(timeout_s, max_records, self._settle)
 
     def commit(self, record: ConsumerRecord) -> bool:
         """Mark a handed-out ``record`` processed (explicit mode; in implicit mode records are

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from marshal_py.client.coordinator import CoordinationThread
-from marshal_py.client.delivery import DeliveryLoop, PollWatch, warn_suspended
+from marshal_py.client.delivery import DeliveryLoop, warn_suspended
 from marshal_py.client.fetchers import FetchedBatch, KafkaPythonFetcher
 from marshal_py.client.member_base import MemberConfig
 from marshal_py.log.kafka import KafkaLogConfig
@@ -51,6 +52,8 @@ class MemberConsumer(DeliveryLoop[R], Generic[R]):
 
     #: The engine (set by the subclass, which narrows the type).
     _engine: SuspendableEngine
+    #: Fetched records waiting to be handed out (the subclass's own shape).
+    _buffer: deque[Any]
 
     def __init__(self, host: MemberHost, kafka: KafkaLogConfig) -> None:
         super().__init__()
@@ -104,13 +107,24 @@ class MemberConsumer(DeliveryLoop[R], Generic[R]):
     def _after_rejoin(self) -> None:
         """Forget what was handed out before the suspension (called with the lock held)."""
 
-    def _asking(self) -> PollWatch:
-        """Count a request of the application (poll) and rejoin if suspended."""
+    def _poll_buffer(self, timeout_s: float, max_records: int,
+                     settle: Callable[[], None]) -> list[R]:
+        """A ``poll()``: count the request (rejoining if the work was given up), ``settle``
+        what the previous call handed out, then up to ``max_records`` buffered records,
+        fetching first (up to ``timeout_s``) when none is buffered."""
+        self._raise_background_error()
         watch = self._watch
         assert watch is not None
         watch.asks += 1
         self._rejoin_if_suspended()
-        return watch
+        settle()
+        watch.asking = True
+        try:
+            if not self._buffer and not self._closed:
+                self._fetch(timeout_s)
+            return self._drain(max_records)
+        finally:
+            watch.asking = False
 
     def _close_engine(self) -> None:
         raise NotImplementedError

@@ -193,16 +193,7 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
     def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[ShareRecord]:
         """Up to ``max_records`` records. Implicit mode first accepts what the previous poll
         handed out; explicit mode first requires it to be acknowledged."""
-        self._raise_background_error()
-        watch = self._asking()
-        self._settle_previous_batch()
-        watch.asking = True
-        try:
-            if not self._buffer and not self._closed:
-                self._fetch(timeout_s)
-            return self._drain(max_records)
-        finally:
-            watch.asking = False
+        return self._poll_buffer(timeout_s, max_records, self._settle_previous_batch)
 
     def _next_buffered(self) -> ShareRecord | None:
         while self._buffer:

@@ -21,6 +21,16 @@ HI = 1.0
 PARTITIONS, PER_PARTITION = 2, 50
 
 
+def first_records(consumer: Any) -> list[Any]:
+    """The first records a consumer hands out (then its handler "hangs": no more polls)."""
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while not got:
+        assert time.monotonic() < deadline, "no records came"
+        got = consumer.poll(timeout_s=0.5, max_records=5)
+    return got
+
+
 def held(consumer: Consumer) -> set[int]:
     consumer.poll(timeout_s=0.05, max_records=0)
     return {tp.partition for tp in consumer.assignment()}
@@ -38,11 +48,8 @@ def test_a_hung_handler_gives_its_partitions_up_and_joins_again_when_it_polls(
         c1 = m1.consumer([topic], mode, **settings)
         assert isinstance(c1, Consumer)
         wait_for(lambda: held(c1) == {0, 1}, "w1 to hold both partitions")
-        first: list[Any] = []
+        first = first_records(c1)
         deadline = time.monotonic() + 30
-        while not first:
-            assert time.monotonic() < deadline
-            first = c1.poll(timeout_s=0.5, max_records=5)
         # w1's handler now hangs: it asks for nothing more. w2 joins and, once w1 has been
         # silent for max_poll_interval, gets both partitions from the committed offsets.
         c2 = m2.consumer([topic], mode, **settings)
@@ -85,11 +92,8 @@ def test_a_hung_share_member_releases_its_records_with_their_delivery_counts(
     with Marshaler(kafka_bootstrap, f"{topic}.g", "w1", **common) as m1, \
             Marshaler(kafka_bootstrap, f"{topic}.g", "w2", **common) as m2:
         c1 = m1.consumer([topic], "share", **settings)
-        first: list[Any] = []
+        first = first_records(c1)
         deadline = time.monotonic() + 30
-        while not first:
-            assert time.monotonic() < deadline
-            first = c1.poll(timeout_s=0.5, max_records=5)
         # w1's handler hangs on these records; w2 gets every record within seconds.
         c2 = m2.consumer([topic], "share", **settings)
         got: dict[int, int] = {}
@@ -116,11 +120,8 @@ def test_a_hung_key_shared_member_releases_its_slots(kafka_bootstrap: str,
     with Marshaler(kafka_bootstrap, f"{topic}.g", "w1", **common) as m1, \
             Marshaler(kafka_bootstrap, f"{topic}.g", "w2", **common) as m2:
         c1 = m1.consumer([topic], "key-shared", **settings)
-        first: list[Any] = []
+        first = first_records(c1)
         deadline = time.monotonic() + 30
-        while not first:
-            assert time.monotonic() < deadline
-            first = c1.poll(timeout_s=0.5, max_records=5)
         c2 = m2.consumer([topic], "key-shared", **settings)
         got: set[int] = set()
         while len(got) < 40:
