@@ -203,17 +203,21 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
 
 
 def _isolation_level(get: Any, kafka_config: Mapping[str, Any]) -> IsolationLevel:
-    """Option ``isolation.level``, else ``kafka.isolation_level``, else read_committed."""
+    """Option ``isolation.level`` (it wins), else ``kafka.isolation_level``, else
+    read_committed. Both are checked when given: the coordination log's clients get the
+    ``kafka.*`` settings as they are."""
     text = get("isolation.level")
-    if text is not None and text not in ISOLATION_LEVELS:
-        raise ConfigurationError(f"option 'isolation.level' must be read_committed or "
-                                 f"read_uncommitted, not {text!r}")
-    try:
-        return isolation_level_of(text, kafka_config)
-    except ConfigurationError:
+    if text is not None:
+        text = text.lower()
+        if text not in ISOLATION_LEVELS:
+            raise ConfigurationError(f"option 'isolation.level' must be read_committed or "
+                                     f"read_uncommitted, not {text!r}")
+    passed = kafka_config.get("isolation_level")
+    if passed is not None and passed not in ISOLATION_LEVELS:
         raise ConfigurationError(
             f"option 'kafka.isolation_level' must be read_committed or read_uncommitted, "
-            f"not {kafka_config.get('isolation_level')!r}") from None
+            f"not {passed!r}")
+    return isolation_level_of(text, kafka_config)
 
 
 def _number(get: Any, name: str, default: float, *, minimum: float,

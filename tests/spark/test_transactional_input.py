@@ -15,11 +15,22 @@ from types import SimpleNamespace
 import pytest
 from pyspark.sql import SparkSession
 
+from marshal_py.client.batch_member import PlannedRange
 from marshal_py.errors import ConfigurationError
 from marshal_py.spark.options import parse_options
+from marshal_py.spark.planning import ReadTask
 from tests.integration.test_transactional_input import PLAN, lag_rows
+from tests.spark.test_fetch import rows as task_rows
 from tests.spark.test_source_integration import Query, all_rows, marshal_spark  # noqa: F401
-from tests.txn_input import create_topic, read_all, transactional_producer, write_transactions
+from tests.txn_input import (
+    COMPACT_FAST,
+    create_topic,
+    present_offsets,
+    read_all,
+    transactional_producer,
+    write_compacted,
+    write_transactions,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -90,3 +101,24 @@ def test_a_bad_isolation_level_is_one_clear_error() -> None:
     assert parse_options({**base, "kafka.isolation_level": "read_uncommitted",
                           "isolation.level": "read_committed"}).isolation_level == \
         "read_committed"
+    assert parse_options({**base, "isolation.level": "READ_UNCOMMITTED"}) \
+        .isolation_level == "read_uncommitted"
+    # The coordination log's clients get kafka.* as given: checked even when overridden.
+    with pytest.raises(ConfigurationError, match=r"option 'kafka\.isolation_level' must be "
+                                                 r"read_committed or read_uncommitted, not 'x'"):
+        parse_options({**base, "kafka.isolation_level": "x",
+                       "isolation.level": "read_committed"})
+
+
+def test_a_task_ends_at_its_range_end_when_compaction_removed_the_last_offsets(
+        kafka_bootstrap: str, unique_name: str) -> None:
+    """A planned range whose last offsets hold no record any more: the task ends when its
+    consumer's position passes the range end, not after fetch.timeout."""
+    create_topic(kafka_bootstrap, unique_name, configs=COMPACT_FAST)
+    write_compacted(kafka_bootstrap, unique_name, keys=3, rounds=3)
+    present = present_offsets(kafka_bootstrap, unique_name)
+    gone = max(set(range(present[-1])) - set(present))  # the newest offset compacted away
+    for start, end in ((0, gone + 1), (gone, gone + 1), (0, gone + 2)):
+        task = ReadTask((PlannedRange(unique_name, 0, start, end),))
+        got = task_rows(task, kafka_bootstrap, timeout_s=5)
+        assert [r["offset"] for r in got] == [o for o in present if start <= o < end]
