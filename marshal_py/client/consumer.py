@@ -23,7 +23,7 @@ from kafka import TopicPartition
 from marshal_py.client.coordinator import FollowingCoordinator
 from marshal_py.client.delivery import PollWatch, StopAndErrors, warn_suspended
 from marshal_py.client.engine import EngineStats, MemberEngine
-from marshal_py.client.fetchers import DataFetcher, FetcherKind, open_fetcher
+from marshal_py.client.fetchers import DataFetcher, FetcherKind, OpeningFetcher
 from marshal_py.client.handout import HandOut
 from marshal_py.client.lease import REVOKED, PartitionLease
 from marshal_py.errors import CommitFailedError
@@ -59,7 +59,7 @@ class Consumer(StopAndErrors):
     """
 
     def __init__(self, host: MemberHost, engine: MemberEngine, topics: tuple[str, ...],
-                 kafka: KafkaLogConfig, *, fetcher: FetcherKind = "kafka-python",
+                 kafka: KafkaLogConfig, *, fetcher: FetcherKind | OpeningFetcher = "kafka-python",
                  max_poll_records: int = 500) -> None:
         self._host = host
         self._engine = engine
@@ -67,12 +67,8 @@ class Consumer(StopAndErrors):
         self.mode = engine.config.mode
         self._max_batch = max_poll_records
         super().__init__()
-        self._fetcher: DataFetcher = open_fetcher(fetcher, kafka)
-        try:
-            self._fetcher.prepare(topics)
-        except BaseException:
-            self._fetcher.close()
-            raise
+        opening = fetcher if isinstance(fetcher, OpeningFetcher) \
+            else OpeningFetcher(fetcher, kafka, topics)
         self._guard = threading.Lock() if self.mode == "amo" else None
         if self._guard is not None:
             engine.handout_guard = self._guard
@@ -91,7 +87,15 @@ class Consumer(StopAndErrors):
         self._held: dict[TP, PartitionLease] = {}
         self._last_poll: list[Any] | None = None
         self._last_slices: list[tuple[PartitionLease, int, int]] = []
+        # Claim while the fetcher connects: the claim's round trip and the connection overlap.
         self._coordinator.start()
+        try:
+            self._fetcher: DataFetcher = opening.result()
+        except BaseException:
+            opening.abandon()
+            self._stop.set()
+            self._coordinator.join()
+            raise
 
     # -- the bound on processing time (max_poll_interval) -----------------------------------
 
@@ -155,7 +159,14 @@ class Consumer(StopAndErrors):
         after :meth:`_follow_engine`."""
         handout = self._handout
         if not handout.feeds or not self._fetcher.assignment():
-            self._stop.wait(min(timeout_s, 0.05))
+            # Nothing held yet: wait for the coordination step that grants a lease (it sets
+            # ``stepped``), not for a fixed period. Cleared first, then the leases checked
+            # again, so a step that ends in between is not missed.
+            stepped = self._coordinator.stepped
+            stepped.clear()
+            if not handout.is_current(self._engine.lease_version):
+                return
+            stepped.wait(min(timeout_s, 0.05))
             return
         if handout.waiting_for_confirmation():
             # Wait for the engine's next step (it confirms the window) without holding the

@@ -323,10 +323,12 @@ class MemberEngine(HoldingMember):
         self.channel.read_back(written)  # the log decided
         self._sync_with_world()
         won = []
+        mine = [p for p in partitions if self._claim(topic, p).owner == self.me]
+        bounds = self.source.offset_bounds_of([(topic, p) for p in mine]) if mine else {}
         for partition in partitions:
             claim = self._claim(topic, partition)
             if claim.owner == self.me:
-                won.append(self._won(topic, partition, claim))
+                won.append(self._won(topic, partition, claim, bounds[(topic, partition)]))
                 self.stats.claim_latencies_ms.append(
                     round(self.clock.monotonic_ms() - started))
             else:
@@ -335,16 +337,18 @@ class MemberEngine(HoldingMember):
             # Commits the starting offsets at once; read back with the next step's.
             self._send_heartbeats(self.clock.now_ms())
 
-    def _won(self, topic: str, partition: int, claim: PartitionClaim) -> Holding:
-        start = self._start_offset(topic, partition, claim)
+    def _won(self, topic: str, partition: int, claim: PartitionClaim,
+             bounds: tuple[int, int]) -> Holding:
+        start = self._start_offset(topic, partition, claim, bounds)
         assert claim.last_heartbeat_ms is not None
         holding = self._hold(topic, partition, start, claim.last_heartbeat_ms + self.hi)
         self.stats.claims_won += 1
         log.info("claimed %s/%d, starting at offset %d", topic, partition, start)
         return holding
 
-    def _start_offset(self, topic: str, partition: int, claim: PartitionClaim) -> int:
-        beginning, end = self.source.offset_bounds(topic, partition)
+    def _start_offset(self, topic: str, partition: int, claim: PartitionClaim,
+                      bounds: tuple[int, int]) -> int:
+        beginning, end = bounds
         candidates = []
         if claim.committed_offset is not None:
             candidates.append(claim.committed_offset)

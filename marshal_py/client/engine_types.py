@@ -20,6 +20,12 @@ class PartitionSource(Protocol):
         """(beginning, end) offsets of a partition."""
         ...
 
+    def offset_bounds_of(self, partitions: list[tuple[str, int]]
+                         ) -> dict[tuple[str, int], tuple[int, int]]:
+        """(beginning, end) offsets of several partitions, asked together (one round trip
+        per broker for each bound, not two per partition)."""
+        ...
+
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         """The first offset whose timestamp is >= ``timestamp_ms``, or None if none is."""
         ...

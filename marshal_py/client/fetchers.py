@@ -22,6 +22,7 @@ the same 2 cores, best of 11): consume(500) 370-400 ns/record, this fetcher 480-
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -104,6 +105,62 @@ def open_fetcher(kind: FetcherKind, config: KafkaLogConfig) -> DataFetcher:
 
         return ConfluentFetcher(config)
     raise ConfigurationError(f"unknown fetcher {kind!r}; choose one of {', '.join(FETCHER_KINDS)}")
+
+
+class OpeningFetcher:
+    """A fetcher connecting in a background thread, so that it connects while the member
+    joins the group (the connection and the join are both round trips to the cluster; done
+    one after the other they added 10 to 60 ms to the time to the first record).
+
+    :meth:`result` waits for the fetcher (connected, and ``topics`` prepared) and re-raises
+    the error that stopped it; :meth:`abandon` closes it, now or once it is connected, when
+    the consumer that asked for it failed to start.
+    """
+
+    def __init__(self, kind: FetcherKind, config: KafkaLogConfig,
+                 topics: Iterable[str]) -> None:
+        self._kind, self._config, self._topics = kind, config, tuple(topics)
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._fetcher: DataFetcher | None = None
+        self._error: BaseException | None = None
+        self._abandoned = False
+        threading.Thread(target=self._open, name="marshal-fetcher-open", daemon=True).start()
+
+    def _open(self) -> None:
+        try:
+            fetcher = open_fetcher(self._kind, self._config)
+            try:
+                fetcher.prepare(self._topics)
+            except BaseException:
+                fetcher.close()
+                raise
+        except BaseException as exc:  # handed to the thread that waits in result()
+            self._error = exc
+        else:
+            with self._lock:
+                if self._abandoned:
+                    fetcher.close()
+                else:
+                    self._fetcher = fetcher
+        finally:
+            self._done.set()
+
+    def result(self) -> DataFetcher:
+        """The connected fetcher (waits for it); the error that stopped it is raised here."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._fetcher is not None
+        return self._fetcher
+
+    def abandon(self) -> None:
+        """Nobody will take the fetcher: close it (now, or as soon as it is connected)."""
+        with self._lock:
+            self._abandoned = True
+            fetcher, self._fetcher = self._fetcher, None
+        if fetcher is not None:
+            fetcher.close()
 
 
 class KafkaPythonFetcher:

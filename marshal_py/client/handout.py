@@ -136,6 +136,10 @@ class HandOut:
 
     # -- following the engine's leases ----------------------------------------------------------
 
+    def is_current(self, version: int) -> bool:
+        """True when the leases of ``version`` are those followed last."""
+        return version == self._version
+
     def follow(self, leases: dict[TP, PartitionLease], version: int) -> None:
         """Take the engine's current leases (``version`` changes with every new dict)."""
         if version == self._version:

@@ -21,7 +21,7 @@ from marshal_py.client.clock import BrokerClock
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine import EngineConfig, MemberEngine
 from marshal_py.client.engine_types import Balance, Mode, OffsetReset
-from marshal_py.client.fetchers import FetcherKind
+from marshal_py.client.fetchers import FetcherKind, OpeningFetcher
 from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
 from marshal_py.client.host import MemberHost
 from marshal_py.client.key_shared_consumer import CommitMode, KeySharedConsumer
@@ -37,7 +37,7 @@ from marshal_py.client.settings import (
 from marshal_py.client.share_consumer import AckMode, ShareConsumer
 from marshal_py.client.share_engine import ShareConfig, ShareEngine
 from marshal_py.client.source import KafkaPartitionSource
-from marshal_py.errors import ConfigurationError, TopicNotFoundError
+from marshal_py.errors import ConfigurationError
 from marshal_py.identity import new_instance_id
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up
@@ -299,13 +299,18 @@ class Marshaler:
                 self._host, share, data, self._share_tick_s(lock_duration),
                 acknowledgement, dead_letter_topic)
         else:
-            engine, source = self._exclusive_engine(
-                wanted, mode, offset_reset, balance, max_claims, release_lag, data,
-                amo_window_records=amo_batch_size, amo_window_ms=round(amo_window * 1000),
-                max_poll_interval_ms=max_poll_ms)
+            # The data fetcher connects while the member joins (both are round trips).
+            opening = OpeningFetcher(self.config.fetcher, data, wanted)
             try:
-                consumer = Consumer(self._host, engine, wanted, data,
-                                    fetcher=self.config.fetcher)
+                engine, source = self._exclusive_engine(
+                    wanted, mode, offset_reset, balance, max_claims, release_lag, data,
+                    amo_window_records=amo_batch_size, amo_window_ms=round(amo_window * 1000),
+                    max_poll_interval_ms=max_poll_ms)
+            except BaseException:
+                opening.abandon()
+                raise
+            try:
+                consumer = Consumer(self._host, engine, wanted, data, fetcher=opening)
             except BaseException:
                 with self._lock:
                     engine.close()
@@ -448,22 +453,10 @@ class Marshaler:
 
     def _open_source(self, topics: tuple[str, ...], data: KafkaLogConfig
                      ) -> KafkaPartitionSource:
-        source = KafkaPartitionSource(data,
-                                      refresh_s=min(5.0, self.heartbeat_interval))
-        for topic in topics:
-            if source.partition_count(topic) is None:
-                source.close()
-                raise TopicNotFoundError(
-                    f"topic {topic!r} does not exist on {self._log_config.bootstrap_servers}; "
-                    "create it or check the name"
-                )
-        try:
-            for topic in topics:
-                source.warm_up(topic)
-        except BaseException:
-            source.close()
-            raise
-        return source
+        """The data topics' source, connecting (and checking that ``topics`` exist) in the
+        background while the member replays the coordination log."""
+        return KafkaPartitionSource(data, refresh_s=min(5.0, self.heartbeat_interval),
+                                    expect_topics=topics, background=True)
 
     def _member_closed(self, member: object) -> None:
         if self._consumer is member:

@@ -176,8 +176,10 @@ class GroupMember(Generic[ConfigT]):
 
     def _join(self) -> None:
         """Replay the log and announce this member on every topic."""
-        self._note_partition_counts()
         self.channel.open(self.config.replay_window_ms)
+        # After the replay: the data topics' source connects meanwhile (and says here when a
+        # topic does not exist, before this member writes anything).
+        self._note_partition_counts()
         self._require_keys_if_signed()
         joined = [self._append(self._member_heartbeat(t, active=True)) for t in self.config.topics]
         self._joined_ms = min(joined)

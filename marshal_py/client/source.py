@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
+from marshal_py.errors import TopicNotFoundError
 from marshal_py.log.kafka import KafkaLogConfig, quick_metadata
 from marshal_py.log.kafka_auth import connection_error, data_topic_error, not_authorized
 
@@ -21,24 +25,72 @@ class KafkaPartitionSource:
     Partition counts come from a metadata request, cached for ``refresh_s`` so that a
     partition-count increase is noticed within that time; offsets from a group-less consumer.
     Used only by the engine (under its lock), never by the fetching thread.
+    ``background=True`` connects in a thread (a member replays the coordination log
+    meanwhile); every call waits for it and raises what stopped it, e.g. a TopicNotFoundError
+    for a topic of ``expect_topics`` that does not exist.
     """
 
-    def __init__(self, config: KafkaLogConfig, refresh_s: float = 5.0) -> None:
+    def __init__(self, config: KafkaLogConfig, refresh_s: float = 5.0, *,
+                 expect_topics: Sequence[str] = (), background: bool = False) -> None:
         self._config = config
-        try:
-            self._admin = KafkaAdminClient(**config.client_config(KafkaAdminClient))
-        except (KafkaConnectionError, KafkaTimeoutError) as exc:
-            raise connection_error(config, exc) from exc
-        try:
-            self._consumer = quick_metadata(KafkaConsumer(
-                group_id=None, enable_auto_commit=False, **config.client_config(KafkaConsumer)))
-        except (KafkaConnectionError, KafkaTimeoutError) as exc:
-            self._admin.close()
-            raise connection_error(config, exc) from exc
         self._refresh_s = refresh_s
         self._counts: dict[str, tuple[float, int | None]] = {}
+        self._admin: Any = None
+        self._consumer: Any = None
+        self._failure: BaseException | None = None
+        self._ready = threading.Event()
+        if not background:
+            self._connect(expect_topics)
+            self._ready.set()
+            return
+        threading.Thread(target=self._connect_in_background, args=(tuple(expect_topics),),
+                         name="marshal-source-open", daemon=True).start()
+
+    def _connect(self, topics: Sequence[str]) -> None:
+        """Open the clients, check that ``topics`` exist (TopicNotFoundError) and warm the
+        connections the first claim needs."""
+        try:
+            self._admin = KafkaAdminClient(**self._config.client_config(KafkaAdminClient))
+            self._consumer = quick_metadata(KafkaConsumer(
+                group_id=None, enable_auto_commit=False,
+                **self._config.client_config(KafkaConsumer)))
+        except (KafkaConnectionError, KafkaTimeoutError) as exc:
+            self._close_clients()
+            raise connection_error(self._config, exc) from exc
+        try:
+            for topic in topics:
+                if self._partition_count(topic) is None:
+                    raise TopicNotFoundError(
+                        f"topic {topic!r} does not exist on {self._config.bootstrap_servers}; "
+                        "create it or check the name")
+            for topic in topics:
+                count = self._partition_count(topic)
+                if count:  # the connections the first claim needs (~0.1 s the first time)
+                    self._end_offsets_of([(topic, p) for p in range(count)])
+        except BaseException:
+            self._close_clients()
+            raise
+
+    def _connect_in_background(self, topics: Sequence[str]) -> None:
+        try:
+            self._connect(topics)
+        except BaseException as exc:  # raised to the first caller, in its thread
+            self._failure = exc
+        finally:
+            self._ready.set()
+
+    def _wait(self) -> None:
+        """Wait until connected; raise what stopped the connection."""
+        self._ready.wait()
+        if self._failure is not None:
+            raise self._failure
 
     def partition_count(self, topic: str) -> int | None:
+        """Partitions of ``topic`` (cached for ``refresh_s``), None when it does not exist."""
+        self._wait()
+        return self._partition_count(topic)
+
+    def _partition_count(self, topic: str) -> int | None:
         cached = self._counts.get(topic)
         if cached is not None and time.monotonic() - cached[0] < self._refresh_s:
             return cached[1]
@@ -56,14 +108,9 @@ class KafkaPartitionSource:
         self._counts[topic] = (time.monotonic(), count)
         return count
 
-    def warm_up(self, topic: str) -> None:
-        """Ask for the ends of ``topic`` once now: the connections the first claim needs
-        (about 0.1 s the first time) are then open."""
-        count = self.partition_count(topic)
-        if count:
-            self.end_offsets_of([(topic, p) for p in range(count)])
-
     def offset_bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """(beginning, end) of one partition."""
+        self._wait()
         tp = TopicPartition(topic, partition)
         try:
             beginning = self._consumer.beginning_offsets([tp])[tp]
@@ -73,8 +120,29 @@ class KafkaPartitionSource:
                               f"cannot list offsets of {topic}/{partition}: {exc}") from exc
         return int(beginning), int(end)
 
+    def offset_bounds_of(self, partitions: list[tuple[str, int]]
+                         ) -> dict[tuple[str, int], tuple[int, int]]:
+        """(beginning, end) of ``partitions``: two requests per broker in all (a member that
+        wins twelve partitions used to make 24 round trips before its first fetch)."""
+        self._wait()
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        if not tps:
+            return {}
+        try:
+            beginnings = self._consumer.beginning_offsets(tps)
+            ends = self._consumer.end_offsets(tps)
+        except KafkaError as exc:
+            raise self._error(exc, tps[0].topic, f"cannot list offsets of {tps[0].topic}: "
+                                                 f"{exc}") from exc
+        return {(tp.topic, tp.partition): (int(beginnings[tp]), int(ends[tp])) for tp in tps}
+
     def end_offsets_of(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """End offsets of ``partitions`` in one request per broker."""
+        self._wait()
+        return self._end_offsets_of(partitions)
+
+    def _end_offsets_of(self, partitions: list[tuple[str, int]]
+                        ) -> dict[tuple[str, int], int]:
         tps = [TopicPartition(t, p) for t, p in partitions]
         if not tps:
             return {}
@@ -90,6 +158,8 @@ class KafkaPartitionSource:
         return self.end_offsets_of(wanted)
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        """The first offset whose timestamp is >= ``timestamp_ms`` (None if none is)."""
+        self._wait()
         tp = TopicPartition(topic, partition)
         try:
             found = self._consumer.offsets_for_times({tp: timestamp_ms})[tp]
@@ -104,6 +174,13 @@ class KafkaPartitionSource:
         return data_topic_error(self._config, exc, message, topic)
 
     def close(self) -> None:
+        """Close the clients (once connected, when connecting in the background)."""
+        self._ready.wait()
+        self._close_clients()
+
+    def _close_clients(self) -> None:
         for client in (self._consumer, self._admin):
-            with contextlib.suppress(Exception):  # closing must not mask an earlier error
-                client.close()
+            if client is not None:
+                with contextlib.suppress(Exception):  # must not mask an earlier error
+                    client.close()
+        self._consumer = self._admin = None

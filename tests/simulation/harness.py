@@ -50,6 +50,10 @@ class MemoryTopic:
     def offset_bounds(self, topic: str, partition: int) -> tuple[int, int]:
         return 0, len(self.records[partition])
 
+    def offset_bounds_of(self, partitions: list[tuple[str, int]]
+                         ) -> dict[tuple[str, int], tuple[int, int]]:
+        return {(t, p): self.offset_bounds(t, p) for t, p in partitions}
+
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         # Records in memory carry no time: by-time starts at the end.
         return None
