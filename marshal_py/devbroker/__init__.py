@@ -1,7 +1,8 @@
 """A real Apache Kafka broker (or a cluster of them) that marshal_py starts by itself.
 
 Used by the integration tests and by ``marshal dev-broker``: the broker jars are resolved once
-with Maven from the pinned ``kafka-pom.xml`` and cached outside the repository (see
+with Maven from the pom that pins the chosen release (Kafka 4.3.1 by default, or 3.9.2: see
+:data:`KAFKA_VERSIONS`) and cached outside the repository (see
 :func:`default_cache_dir`); :class:`DevBroker` formats a KRaft data directory, launches the JVM
 on 127.0.0.1 and waits until the broker answers; :class:`DevCluster` does the same for several
 nodes forming one cluster (for failure tests: kill a node, restart it, ask who leads).
@@ -12,13 +13,21 @@ The click command lives in :mod:`marshal_py.devbroker.command` (not imported her
 
 from marshal_py.devbroker.broker import DevBroker
 from marshal_py.devbroker.cluster import DevCluster, PartitionState
-from marshal_py.devbroker.jars import KAFKA_VERSION, default_cache_dir, resolve_kafka_jars
+from marshal_py.devbroker.jars import (
+    KAFKA_VERSION,
+    KAFKA_VERSIONS,
+    default_cache_dir,
+    pinned_kafka_version,
+    resolve_kafka_jars,
+)
 
 __all__ = [
     "KAFKA_VERSION",
+    "KAFKA_VERSIONS",
     "DevBroker",
     "DevCluster",
     "PartitionState",
     "default_cache_dir",
+    "pinned_kafka_version",
     "resolve_kafka_jars",
 ]

@@ -29,7 +29,7 @@ from pathlib import Path
 from types import TracebackType
 
 from marshal_py import jvm
-from marshal_py.devbroker.jars import KAFKA_VERSION, resolve_kafka_jars
+from marshal_py.devbroker.jars import KAFKA_VERSION, pinned_kafka_version, resolve_kafka_jars
 from marshal_py.errors import DevBrokerError
 from marshal_py.jvm import die_with_parent, free_port
 
@@ -59,12 +59,19 @@ log.dirs={log_dirs}
 offsets.topic.replication.factor=1
 transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 log.cleaner.backoff.ms=1000
 """
+
+_SHARE_COORDINATOR_PROPERTIES = """\
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+"""
+"""Kafka 4's share coordinator (KIP-932, native share groups); 3.x has none."""
+
+_VERSION_FILE = "kafka.version"
+"""The release that formatted a data directory (a broker cannot read a newer one's)."""
 
 _LOG4J2_PROPERTIES = """\
 # Written by marshal_py.devbroker: the broker logs INFO and above to stdout (broker.log).
@@ -80,10 +87,15 @@ logger.request.level = WARN
 """
 
 
-def find_java() -> tuple[str, int]:
+def find_java(kafka_version: str = KAFKA_VERSION) -> tuple[str, int]:
     """The ``java`` to run the broker with and its major version (see
     :func:`marshal_py.jvm.find_java`); raises :class:`DevBrokerError`."""
-    return jvm.find_java(f"the Kafka {KAFKA_VERSION} broker", DevBrokerError)
+    return jvm.find_java(f"the Kafka {kafka_version} broker", DevBrokerError)
+
+
+def _series(version: str) -> tuple[int, ...]:
+    """``"3.9.2"`` -> ``(3, 9)``; what a data directory's compatibility depends on."""
+    return tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
 
 
 def new_cluster_id() -> str:
@@ -154,6 +166,8 @@ class DevBroker:
         data_dir: Path | None = None,
         cache_dir: Path | None = None,
         heap: str = "1g",
+        *,
+        kafka_version: str | None = None,
     ) -> None:
         """Prepare a broker (nothing is launched until :meth:`start`).
 
@@ -164,7 +178,14 @@ class DevBroker:
             cache_dir: the jar cache root; :func:`~marshal_py.devbroker.jars.default_cache_dir`
                 when None.
             heap: the JVM's maximum heap (``-Xmx``), e.g. ``"1g"`` or ``"512m"``.
+            kafka_version: the Kafka release to run, by version or series (``"3.9"``; see
+                :data:`~marshal_py.devbroker.jars.KAFKA_VERSIONS`); the default when None.
+
+        Raises:
+            DevBrokerError: a setting is invalid (the port, the heap, an unsupported version).
         """
+        #: The Kafka release this broker runs (e.g. ``"4.3.1"``).
+        self.kafka_version: str = pinned_kafka_version(kafka_version)
         if port is not None and not 1 <= port <= 65535:
             raise DevBrokerError(f"port {port} is out of range; choose a port in 1..65535")
         if not re.fullmatch(r"\d+[kKmMgG]?", heap):
@@ -236,7 +257,7 @@ class DevBroker:
             "%s is ready on %s (Kafka %s, pid %s, log %s)",
             self.name,
             self.bootstrap_servers,
-            KAFKA_VERSION,
+            self.kafka_version,
             self.pid,
             self.log_path,
         )
@@ -255,9 +276,9 @@ class DevBroker:
         if self._proc is not None:  # it died since the last start: clean up first
             self._reap()
         self._keep_for_inspection = False
-        java, major = find_java()
+        java, major = find_java(self.kafka_version)
         log.debug("using %s (Java %d)", java, major)
-        lib = resolve_kafka_jars(self.cache_dir)
+        lib = resolve_kafka_jars(self.cache_dir, version=self.kafka_version)
 
         _check_port_free(self.port, self._port_label)
         if self.controller_port is None or not _port_is_free(self.controller_port):
@@ -377,12 +398,15 @@ class DevBroker:
     def _server_properties(self) -> str:
         """The broker's ``server.properties`` (subclasses may extend or replace it)."""
         assert self.controller_port is not None
-        return _SERVER_PROPERTIES.format(
+        text = _SERVER_PROPERTIES.format(
             host=HOST,
             port=self.port,
             controller_port=self.controller_port,
             log_dirs=self._kafka_log_dir,
         )
+        if _series(self.kafka_version) >= (4,):
+            text += _SHARE_COORDINATOR_PROPERTIES
+        return text
 
     def client_config(self) -> dict[str, object]:
         """kafka-python settings a client needs to talk to this broker (beyond
@@ -396,9 +420,24 @@ class DevBroker:
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES, encoding="utf-8")
         return properties
 
+    def _check_formatted_by(self) -> None:
+        """Refuse a data directory a newer Kafka release formatted (its metadata version is
+        one this release cannot read: the broker would exit with a long stack trace)."""
+        try:
+            formatted_by = (self.data_dir / _VERSION_FILE).read_text(encoding="ascii").strip()
+        except OSError:
+            formatted_by = KAFKA_VERSION  # formatted before releases were noted: by a 4.x
+        if _series(formatted_by) > _series(self.kafka_version):
+            raise DevBrokerError(
+                f"{self.data_dir} holds the data of a Kafka {formatted_by} broker, which Kafka "
+                f"{self.kafka_version} cannot read; choose another data directory or run "
+                f"Kafka {formatted_by}"
+            )
+
     def _format_if_needed(self, java: str, lib: Path, properties: Path) -> None:
         if (self._kafka_log_dir / "meta.properties").is_file():
             log.debug("%s is already formatted", self._kafka_log_dir)
+            self._check_formatted_by()
             return
         cluster_id = self.cluster_id or new_cluster_id()
         log.info("formatting %s (cluster id %s)", self._kafka_log_dir, cluster_id)
@@ -443,6 +482,13 @@ class DevBroker:
                 f"{reason[:_MAX_QUOTE]}; remove that directory (it may belong to another "
                 "cluster) or choose another data directory"
             )
+        self._record_formatted_by()
+
+    def _record_formatted_by(self) -> None:
+        """Note which release formatted the data directory (see :meth:`_check_formatted_by`)."""
+        with contextlib.suppress(OSError):
+            (self.data_dir / _VERSION_FILE).write_text(self.kafka_version + "\n",
+                                                       encoding="ascii")
 
     def _format_extra_args(self) -> list[str]:
         """More arguments of ``kafka.tools.StorageTool format`` (subclasses: e.g. SCRAM users
@@ -469,7 +515,8 @@ class DevBroker:
         if self.log_path.exists():
             with contextlib.suppress(OSError):
                 os.replace(self.log_path, self.log_path.with_name("broker.log.1"))
-        log.info("starting %s on %s (Kafka %s)", self.name, self.bootstrap_servers, KAFKA_VERSION)
+        log.info("starting %s on %s (Kafka %s)", self.name, self.bootstrap_servers,
+                 self.kafka_version)
         log.debug("running %s", " ".join(command))
         try:
             # The child keeps its own descriptor of the log; the parent's closes right away.

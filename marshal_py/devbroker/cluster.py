@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 
 from marshal_py.devbroker.broker import HOST, DevBroker, await_ready, find_java, new_cluster_id
-from marshal_py.devbroker.jars import resolve_kafka_jars
+from marshal_py.devbroker.jars import pinned_kafka_version, resolve_kafka_jars
 from marshal_py.errors import DevBrokerError
 from marshal_py.jvm import free_port
 
@@ -51,7 +51,8 @@ class ClusterNode(DevBroker):
 
     def __init__(self, node_id: int, port: int, controller_port: int, data_dir: Path,
                  voters: str, cluster_id: str, replication: int,
-                 cache_dir: Path | None = None, heap: str = "512m") -> None:
+                 cache_dir: Path | None = None, heap: str = "512m",
+                 kafka_version: str | None = None) -> None:
         """Prepare node ``node_id`` (nothing is launched until :meth:`start`).
 
         Args:
@@ -61,9 +62,10 @@ class ClusterNode(DevBroker):
             voters: the ``controller.quorum.voters`` value every node shares.
             cluster_id: the KRaft cluster id every node is formatted with.
             replication: the replication factor of internal and new topics.
-            cache_dir, heap: as for :class:`DevBroker`.
+            cache_dir, heap, kafka_version: as for :class:`DevBroker`.
         """
-        super().__init__(port=port, data_dir=data_dir, cache_dir=cache_dir, heap=heap)
+        super().__init__(port=port, data_dir=data_dir, cache_dir=cache_dir, heap=heap,
+                         kafka_version=kafka_version)
         self.node_id = node_id
         self.name = f"node {node_id} of the Kafka cluster"
         self.controller_port = controller_port
@@ -141,7 +143,8 @@ class DevCluster:
     """
 
     def __init__(self, nodes: int = 3, data_dir: Path | None = None,
-                 cache_dir: Path | None = None, heap: str = "512m") -> None:
+                 cache_dir: Path | None = None, heap: str = "512m", *,
+                 kafka_version: str | None = None) -> None:
         """Prepare a cluster (nothing is launched until :meth:`start`).
 
         Args:
@@ -151,10 +154,16 @@ class DevCluster:
                 id; re-used on the next start. A temporary directory when None.
             cache_dir: the jar cache root, as for :class:`DevBroker`.
             heap: each node's maximum JVM heap.
+            kafka_version: the Kafka release every node runs, as for :class:`DevBroker`.
+
+        Raises:
+            DevBrokerError: a setting is invalid (the node count, an unsupported version).
         """
         if not 1 <= nodes <= MAX_NODES:
             raise DevBrokerError(f"a development cluster has 1 to {MAX_NODES} nodes, not "
                                  f"{nodes}")
+        #: The Kafka release every node runs (e.g. ``"4.3.1"``).
+        self.kafka_version: str = pinned_kafka_version(kafka_version)
         self._owns_data_dir = data_dir is None
         self._keep_for_inspection = False
         self.data_dir = (Path(tempfile.mkdtemp(prefix="marshal-devcluster-")) if data_dir is None
@@ -175,7 +184,8 @@ class DevCluster:
         self.nodes: dict[int, ClusterNode] = {
             n + 1: ClusterNode(n + 1, ports[n], ports[nodes + n],
                                self.data_dir / f"node-{n + 1}", voters, cluster_id,
-                               replication=min(3, nodes), cache_dir=cache_dir, heap=heap)
+                               replication=min(3, nodes), cache_dir=cache_dir, heap=heap,
+                               kafka_version=self.kafka_version)
             for n in range(nodes)
         }
 
@@ -227,8 +237,8 @@ class DevCluster:
         try:
             stopped = self.stopped_nodes()
             # Java and the jars once, here: the nodes' preparation then finds them cached.
-            find_java()
-            resolve_kafka_jars(stopped[0].cache_dir)
+            find_java(self.kafka_version)
+            resolve_kafka_jars(stopped[0].cache_dir, version=self.kafka_version)
             # Storage formats run a JVM each: in parallel they take the time of one.
             with ThreadPoolExecutor(len(stopped), thread_name_prefix="devcluster") as pool:
                 prepared = list(pool.map(ClusterNode._prepare_node, stopped))
@@ -246,7 +256,8 @@ class DevCluster:
         finally:
             for node in self.nodes.values():
                 node.ready_brokers = 1
-        log.info("Kafka cluster of %d nodes ready on %s", len(self.nodes), self.bootstrap_servers)
+        log.info("Kafka %s cluster of %d nodes ready on %s", self.kafka_version, len(self.nodes),
+                 self.bootstrap_servers)
         return self
 
     def kill(self, node_id: int) -> None:

@@ -9,6 +9,8 @@ fetches and caches the broker jars (``bin/setup`` uses it) and prints their dire
 ``--brokers N`` (2 to 5) starts a KRaft cluster of N nodes instead (see
 :class:`~marshal_py.devbroker.cluster.DevCluster`) and prints every node's address, comma
 separated; a node exiting by itself ends the command with an error naming it and its log.
+``--kafka-version`` picks the Kafka release (4.3.1 by default, or 3.9.2; also by series: 3.9),
+for the broker, the cluster and ``--resolve-only`` alike.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ import click
 
 from marshal_py.devbroker.broker import DevBroker
 from marshal_py.devbroker.cluster import MAX_NODES, DevCluster
-from marshal_py.devbroker.jars import resolve_kafka_jars
+from marshal_py.devbroker.jars import (
+    KAFKA_VERSION,
+    KAFKA_VERSIONS,
+    pinned_kafka_version,
+    resolve_kafka_jars,
+)
 from marshal_py.devbroker.security import ADMIN_USER, SecureDevBroker
 from marshal_py.errors import DevBrokerError
 
@@ -77,8 +84,16 @@ class _StopRequested(Exception):
     help="Nodes (each broker and controller): 3 starts a KRaft cluster on loopback whose "
     "topics get replication 3 and min.insync.replicas 2.",
 )
+@click.option(
+    "--kafka-version",
+    default=KAFKA_VERSION,
+    show_default=True,
+    metavar="VERSION",
+    help=f"The Kafka release to run (or resolve): {' or '.join(KAFKA_VERSIONS)}, or its "
+    "series (e.g. 3.9).",
+)
 def dev_broker(port: int | None, data_dir: Path | None, resolve_only: bool,
-               security: str, brokers: int) -> None:
+               security: str, brokers: int, kafka_version: str) -> None:
     """Run a single-node Apache Kafka broker (or with --brokers N a cluster) on 127.0.0.1
     until SIGINT or SIGTERM.
 
@@ -88,20 +103,21 @@ def dev_broker(port: int | None, data_dir: Path | None, resolve_only: bool,
     """
     try:
         with _progress_to_stderr():
+            version = pinned_kafka_version(kafka_version)
             if resolve_only:
-                click.echo(str(resolve_kafka_jars()))
+                click.echo(str(resolve_kafka_jars(version=version)))
                 return
             if brokers > 1 and (port is not None or security != "none"):
                 raise click.UsageError("--brokers above 1 picks free ports itself and has no "
                                        "--security yet; drop --port / --security")
-            _serve(port, data_dir, security, brokers)
+            _serve(port, data_dir, security, brokers, version)
     except DevBrokerError as exc:
         click.echo(f"{PROG}: error: {exc}", err=True)
         click.get_current_context().exit(2)
 
 
 def _serve(port: int | None, data_dir: Path | None, security: str = "none",
-           brokers: int = 1) -> None:
+           brokers: int = 1, kafka_version: str = KAFKA_VERSION) -> None:
     """Start the broker, announce it, and keep it running until a stop signal."""
     stop_requested = threading.Event()
     state = {"starting": True}
@@ -117,11 +133,11 @@ def _serve(port: int | None, data_dir: Path | None, security: str = "none",
     broker: DevBroker | DevCluster | None = None
     try:
         if brokers > 1:
-            broker = DevCluster(brokers, data_dir=data_dir)
+            broker = DevCluster(brokers, data_dir=data_dir, kafka_version=kafka_version)
         elif security == "sasl-ssl":
-            broker = SecureDevBroker(port=port, data_dir=data_dir)
+            broker = SecureDevBroker(port=port, data_dir=data_dir, kafka_version=kafka_version)
         else:
-            broker = DevBroker(port=port, data_dir=data_dir)
+            broker = DevBroker(port=port, data_dir=data_dir, kafka_version=kafka_version)
         try:
             broker.start()
         except _StopRequested as stop:

@@ -1,8 +1,9 @@
 """Resolve and cache the Apache Kafka broker jars with Maven.
 
-The jars are fetched once with ``mvn dependency:copy-dependencies`` from the pinned
-``kafka-pom.xml`` next to this module and cached outside the repository, in
-``<cache>/kafka-<version>/lib``. A cache directory is only ever published whole: Maven copies
+The jars are fetched once with ``mvn dependency:copy-dependencies`` from the pom that pins the
+chosen release (``kafka-pom.xml`` next to this module for the default, 4.x;
+``kafka-3.9-pom.xml`` for 3.9: see :data:`KAFKA_VERSIONS`) and cached outside the repository,
+in ``<cache>/kafka-<version>/lib``. A cache directory is only ever published whole: Maven copies
 into a temporary sibling directory, a marker file is written into it, and the directory is then
 renamed into place, so an interrupted run never leaves a half-filled cache. Concurrent
 resolutions (two test runs, say) serialize on a file lock.
@@ -28,10 +29,18 @@ from marshal_py.errors import DevBrokerError
 log = logging.getLogger(__name__)
 
 KAFKA_VERSION: str = "4.3.1"
-"""The Apache Kafka version the development broker runs; equal to the one kafka-pom.xml pins."""
+"""The Apache Kafka version the development broker runs by default; equal to the one
+kafka-pom.xml pins."""
 
 POM_PATH: Path = Path(__file__).with_name("kafka-pom.xml")
-"""The Maven project that pins the broker's jars."""
+"""The Maven project that pins the default broker's jars."""
+
+KAFKA_VERSIONS: dict[str, Path] = {
+    KAFKA_VERSION: POM_PATH,
+    "3.9.2": Path(__file__).with_name("kafka-3.9-pom.xml"),
+}
+"""Every Kafka release the development broker runs, each with the pom that pins its jars (the
+default first). A release is asked for by its version or its series (``"3.9"``)."""
 
 MARKER_NAME = ".marshal-complete"
 """File written into a lib directory once every jar is in it; holds the pom's sha256."""
@@ -90,6 +99,30 @@ def pom_kafka_version(pom_path: Path = POM_PATH) -> str:
     return version
 
 
+def pinned_kafka_version(wanted: str | None = None) -> str:
+    """Return the pinned release that ``wanted`` names: its exact version (``"3.9.2"``) or its
+    series (``"3.9"``); :data:`KAFKA_VERSION` when None.
+
+    Raises:
+        DevBrokerError: no supported release matches.
+    """
+    if wanted is None:
+        return KAFKA_VERSION
+    text = wanted.strip()
+    for version in KAFKA_VERSIONS:
+        if text in (version, _series(version)):
+            return version
+    choices = ", ".join(f"{v} ({_series(v)})" for v in KAFKA_VERSIONS)
+    raise DevBrokerError(
+        f"Kafka version {wanted!r} is not one the development broker runs; choose one of "
+        f"{choices}, the first being the default"
+    )
+
+
+def _series(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
 def find_maven() -> str:
     """Return the path of the ``mvn`` executable.
 
@@ -105,7 +138,8 @@ def find_maven() -> str:
     return mvn
 
 
-def resolve_kafka_jars(cache_dir: Path | None = None, *, pom_path: Path | None = None) -> Path:
+def resolve_kafka_jars(cache_dir: Path | None = None, *, pom_path: Path | None = None,
+                       version: str | None = None) -> Path:
     """Return a directory holding every jar the Kafka broker needs, resolving it if needed.
 
     The directory is ``<cache_dir>/kafka-<version>/lib``; a complete one (its marker file
@@ -115,13 +149,15 @@ def resolve_kafka_jars(cache_dir: Path | None = None, *, pom_path: Path | None =
 
     Args:
         cache_dir: the cache root; :func:`default_cache_dir` when None.
-        pom_path: the Maven pom to resolve (a test hook); the packaged ``kafka-pom.xml``
-            when None.
+        pom_path: the Maven pom to resolve (a test hook); when None, the packaged pom of
+            ``version``.
+        version: the Kafka release (see :func:`pinned_kafka_version`); the default when None.
 
     Raises:
-        DevBrokerError: Maven is missing or the resolution failed.
+        DevBrokerError: the version is not supported, Maven is missing or the resolution
+            failed.
     """
-    pom = (pom_path or POM_PATH).resolve()
+    pom = (pom_path or KAFKA_VERSIONS[pinned_kafka_version(version)]).resolve()
     version = pom_kafka_version(pom)
     root = (cache_dir or default_cache_dir()).expanduser().resolve()
     version_dir = root / f"kafka-{version}"

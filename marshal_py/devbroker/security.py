@@ -183,16 +183,18 @@ class SecureDevBroker(DevBroker):
         heap: str = "1g",
         *,
         users: Sequence[str] = DEFAULT_USERS,
+        kafka_version: str | None = None,
     ) -> None:
         """Prepare a secure broker (nothing is made or launched until :meth:`start`).
 
         Args:
             port: the SASL_SSL port on 127.0.0.1; a free port when None.
-            data_dir, cache_dir, heap: as for :class:`DevBroker`.
+            data_dir, cache_dir, heap, kafka_version: as for :class:`DevBroker`.
             users: SCRAM users to create besides ``admin`` (letters, digits, ``.``, ``_``,
                 ``-``).
         """
-        super().__init__(port=port, data_dir=data_dir, cache_dir=cache_dir, heap=heap)
+        super().__init__(port=port, data_dir=data_dir, cache_dir=cache_dir, heap=heap,
+                         kafka_version=kafka_version)
         names = [ADMIN_USER, *(u for u in users if u != ADMIN_USER)]
         for name in names:
             if not name or not all(c.isalnum() or c in "._-" for c in name):

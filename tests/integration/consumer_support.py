@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 
 from marshal_py.log import KafkaLog, KafkaLogConfig, catch_up
@@ -38,6 +39,22 @@ PARTITIONS = 12
 TP = tuple[int, int]  # (partition, offset) of a data record
 
 T = TypeVar("T")
+
+#: The brokers a test marked :data:`ON_EVERY_BROKER` runs on, by test id: the session's default
+#: broker (the dev broker, Kafka 4.x) and a Kafka 3.9 dev broker (the fixture giving each one's
+#: bootstrap.servers).
+BROKERS = {"default": "kafka_bootstrap", "kafka-3.9": "kafka39_bootstrap"}
+
+#: Runs a test once per broker of :data:`BROKERS`: its module's ``cluster`` fixture is
+#: parametrized with the broker and builds on :func:`broker_bootstrap`.
+ON_EVERY_BROKER = pytest.mark.parametrize("cluster", list(BROKERS), indirect=True)
+
+
+def broker_bootstrap(request: pytest.FixtureRequest) -> str:
+    """bootstrap.servers of the broker a ``cluster`` fixture is parametrized with (see
+    :data:`ON_EVERY_BROKER`); the default broker's when it is not."""
+    bootstrap: str = request.getfixturevalue(BROKERS[getattr(request, "param", "default")])
+    return bootstrap
 
 
 def now_ms() -> int:

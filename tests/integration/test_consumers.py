@@ -24,12 +24,14 @@ from marshal_py import Marshaler
 from marshal_py.world import Owner
 from tests.integration.consumer_support import (
     HI,
+    ON_EVERY_BROKER,
     PARTITIONS,
     TP,
     BackgroundProducer,
     Cluster,
     ConsumerProcess,
     Event,
+    broker_bootstrap,
     now_ms,
     run_marshal,
     wait_for,
@@ -39,8 +41,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def cluster(kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(kafka_bootstrap, unique_name, tmp_path)
+def cluster(request: pytest.FixtureRequest, unique_name: str,
+            tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(broker_bootstrap(request), unique_name, tmp_path)
     try:
         yield c
     finally:
@@ -131,6 +134,7 @@ def report_kill(mode: str, result: KillResult) -> None:
           f"{', '.join(f'{g / 1000:.2f}' for g in result.gaps_ms)} s (HI {HI:.0f} s)")
 
 
+@ON_EVERY_BROKER
 def test_alo_kill_one_of_three_survivors_take_over_and_nothing_is_lost(
         cluster: Cluster) -> None:
     result = kill_one_of_three(cluster, "alo")
@@ -155,6 +159,7 @@ def test_alo_kill_one_of_three_survivors_take_over_and_nothing_is_lost(
 AMO_WINDOW_RECORDS = 20
 
 
+@ON_EVERY_BROKER
 def test_amo_kill_one_of_three_never_delivers_a_record_twice(cluster: Cluster) -> None:
     result = kill_one_of_three(cluster, "amo", extra=("--batch-size", str(AMO_WINDOW_RECORDS)))
     report_kill("amo", result)

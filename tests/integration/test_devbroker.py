@@ -29,14 +29,17 @@ from kafka.admin import NewTopic
 from marshal_py import jvm
 from marshal_py.devbroker import (
     KAFKA_VERSION,
+    KAFKA_VERSIONS,
     DevBroker,
     DevCluster,
     default_cache_dir,
+    pinned_kafka_version,
     resolve_kafka_jars,
 )
 from marshal_py.devbroker import broker as broker_module
 from marshal_py.devbroker import jars as jars_module
 from marshal_py.devbroker.command import dev_broker
+from marshal_py.devbroker.security import SecureDevBroker
 from marshal_py.errors import DevBrokerError
 
 pytestmark = pytest.mark.integration
@@ -218,6 +221,11 @@ def test_kill_9_and_restart_on_the_same_data_keeps_acknowledged_records(
     assert _consume(broker.bootstrap_servers, topic, 1) == [b"acked-before-the-crash"]
 
 
+def test_the_data_dir_notes_the_release_that_formatted_it(broker: DevBroker) -> None:
+    assert broker.kafka_version == KAFKA_VERSION
+    assert (broker.data_dir / "kafka.version").read_text().strip() == KAFKA_VERSION
+
+
 def test_temporary_data_dir_is_removed_by_stop() -> None:
     dev = DevBroker()
     assert dev.data_dir.is_dir()
@@ -370,6 +378,53 @@ def test_kafka_version_matches_the_pom() -> None:
     match = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", text)
     assert match is not None
     assert KAFKA_VERSION == match.group(1) == jars_module.pom_kafka_version()
+
+
+# -- Kafka releases ----------------------------------------------------------------------------
+
+
+def test_every_release_is_pinned_by_its_own_pom_and_named_by_version_or_series() -> None:
+    assert next(iter(KAFKA_VERSIONS)) == KAFKA_VERSION  # the default first
+    assert "3.9" in {".".join(v.split(".")[:2]) for v in KAFKA_VERSIONS}
+    assert len(set(KAFKA_VERSIONS.values())) == len(KAFKA_VERSIONS)
+    for version, pom in KAFKA_VERSIONS.items():
+        assert jars_module.pom_kafka_version(pom) == version
+        assert pinned_kafka_version(version) == version
+        assert pinned_kafka_version(".".join(version.split(".")[:2])) == version
+    assert pinned_kafka_version(None) == KAFKA_VERSION
+
+
+@pytest.mark.parametrize("make", [DevBroker, DevCluster, SecureDevBroker])
+def test_an_unsupported_kafka_version_is_one_line(make: type[object]) -> None:
+    with pytest.raises(DevBrokerError, match=r"Kafka version '3\.8' is not one the development "
+                       rf"broker runs; choose one of {re.escape(KAFKA_VERSION)} .*3\.9\.2 \(3\.9\)"
+                       ) as info:
+        make(kafka_version="3.8")
+    assert "\n" not in str(info.value)
+
+
+def test_the_kafka39_broker_runs_kafka_3_9(kafka39_bootstrap: str) -> None:
+    consumer = KafkaConsumer(bootstrap_servers=kafka39_bootstrap)
+    try:
+        consumer.topics()  # bootstrapping probes the broker's version
+        assert consumer.config["api_version"] == (3, 9)
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("noted", [True, False], ids=["noted", "formatted-before-notes"])
+def test_a_data_dir_of_a_newer_kafka_is_refused_before_launch(tmp_path: Path,
+                                                              noted: bool) -> None:
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "meta.properties").write_text("cluster.id=x\nnode.id=1\nversion=1\n")
+    if noted:  # else it predates the notes, when the dev broker ran only the default release
+        (tmp_path / "kafka.version").write_text(f"{KAFKA_VERSION}\n")
+    dev = DevBroker(data_dir=tmp_path, kafka_version="3.9")
+    with pytest.raises(DevBrokerError, match=rf"holds the data of a Kafka {KAFKA_VERSION} broker, "
+                       r"which Kafka 3\.9\.2 cannot read") as info:
+        dev.start()
+    assert "\n" not in str(info.value)
+    assert dev.pid is None and not dev.log_path.exists()
 
 
 # -- the jar cache -----------------------------------------------------------------------------
@@ -645,6 +700,24 @@ def test_cli_resolve_only_prints_the_lib_dir() -> None:
     result = CliRunner().invoke(dev_broker, ["--resolve-only"])
     assert result.exit_code == 0, result.output
     assert Path(result.stdout.strip()) == resolve_kafka_jars()
+
+
+def test_cli_resolve_only_takes_the_kafka_version() -> None:
+    result = CliRunner().invoke(dev_broker, ["--resolve-only", "--kafka-version", "3.9"])
+    assert result.exit_code == 0, result.output
+    lib = Path(result.stdout.strip())
+    assert lib == resolve_kafka_jars(version="3.9.2")
+    assert lib.parent.name == "kafka-3.9.2" and (lib / "kafka_2.13-3.9.2.jar").is_file()
+
+
+def test_cli_rejects_an_unsupported_kafka_version_with_one_line() -> None:
+    result = CliRunner().invoke(dev_broker, ["--kafka-version", "2.8"])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("marshal dev-broker: error: Kafka version '2.8' is not one the "
+                               f"development broker runs; choose one of {KAFKA_VERSION} ")
+    assert "3.9.2 (3.9)" in lines[0]
 
 
 def test_cli_rejects_an_out_of_range_port() -> None:

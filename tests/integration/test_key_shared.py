@@ -32,7 +32,14 @@ from marshal_py.protocol import (
 )
 from marshal_py.protocol.ranges import offsets_in
 from marshal_py.world import Outcome, Owner, Rationalizer, RationalizerConfig, Verdict
-from tests.integration.consumer_support import HI, Cluster, ConsumerProcess, wait_for
+from tests.integration.consumer_support import (
+    HI,
+    ON_EVERY_BROKER,
+    Cluster,
+    ConsumerProcess,
+    broker_bootstrap,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -92,8 +99,9 @@ class SlotWatcher:
 
 
 @pytest.fixture
-def cluster(kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=1)
+def cluster(request: pytest.FixtureRequest, unique_name: str,
+            tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(broker_bootstrap(request), unique_name, tmp_path, partitions=1)
     try:
         yield c
     finally:
@@ -104,6 +112,7 @@ def keyed(first: int, count: int) -> list[tuple[bytes | None, bytes | None]]:
     return [(f"key-{i % KEYS}".encode(), f"{i}".encode()) for i in range(first, first + count)]
 
 
+@ON_EVERY_BROKER
 def test_three_members_keep_per_key_order_and_survivors_take_a_killed_members_slots(
         cluster: Cluster) -> None:
     watcher = SlotWatcher(cluster)

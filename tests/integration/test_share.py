@@ -38,8 +38,10 @@ from marshal_py.world import Outcome, Owner, Rationalizer, RationalizerConfig, V
 from marshal_py.world.share import RecordState, SharePartition
 from tests.integration.consumer_support import (
     HI,
+    ON_EVERY_BROKER,
     ConsumerProcess,
     Producer,
+    broker_bootstrap,
     create_topic,
     now_ms,
     tail_json,
@@ -176,8 +178,9 @@ class ShareCluster:
 
 
 @pytest.fixture
-def cluster(kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> Iterator[ShareCluster]:
-    c = ShareCluster(kafka_bootstrap, unique_name, tmp_path)
+def cluster(request: pytest.FixtureRequest, unique_name: str,
+            tmp_path: Path) -> Iterator[ShareCluster]:
+    c = ShareCluster(broker_bootstrap(request), unique_name, tmp_path)
     try:
         yield c
     finally:
@@ -273,6 +276,7 @@ def test_four_processes_share_one_partition_each_record_printed_once(
 # -- 2. a member killed while it holds records -----------------------------------------------------
 
 
+@ON_EVERY_BROKER
 def test_records_of_a_killed_member_are_redelivered_after_its_lock_elapses(
         cluster: ShareCluster) -> None:
     watcher = cluster.watcher
@@ -357,6 +361,7 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 20) -> list[Any]:
         consumer.close()
 
 
+@ON_EVERY_BROKER
 def test_poison_record_is_delivered_delivery_limit_times_then_dead_lettered(
         cluster: ShareCluster) -> None:
     dlq = f"{cluster.topic}-dlq"
