@@ -78,10 +78,11 @@ class Scenario:
 
     def share_init(self, client: str, at: int, start: int, *, delivery_limit: int = 5,
                    inflight_limit: int = 2000, group: str = "g", topic: str = "t",
-                   partition: int = 0) -> CoordinationRecord:
+                   partition: int = 0, dead_letter_topic: str = "") -> CoordinationRecord:
         return self.write(InitializingSharePartition(
             **self._base(client, None, group, topic, partition), start_offset=start,
-            delivery_limit=delivery_limit, inflight_limit=inflight_limit), at)
+            delivery_limit=delivery_limit, inflight_limit=inflight_limit,
+            dead_letter_topic=dead_letter_topic), at)
 
     def acquire(self, client: str, at: int, ranges: str, *, lock_ms: int = 30_000,
                 group: str = "g", topic: str = "t", partition: int = 0) -> CoordinationRecord:

@@ -54,8 +54,8 @@ class DecodeError(ValueError):
 
 
 _REGISTRY: dict[str, type[Message]] = {}
-#: (name, is_int) for each wire field of each registered type, in order.
-_FIELD_KINDS: dict[type[Message], tuple[tuple[str, bool], ...]] = {}
+#: (name, is_int) for each wire field of each registered type and version, in order.
+_FIELD_KINDS: dict[tuple[type[Message], int], tuple[tuple[str, bool], ...]] = {}
 
 
 def register(message_type: type[Message]) -> type[Message]:
@@ -66,10 +66,22 @@ def register(message_type: type[Message]) -> type[Message]:
     if existing is not None and existing is not message_type:
         raise ValueError(f"message type {message_type.TYPE!r} is registered twice")
     _REGISTRY[message_type.TYPE] = message_type
-    _FIELD_KINDS[message_type] = tuple(
-        (f.name, f.type in ("int", int)) for f in dataclasses.fields(message_type)
-    )
+    fields = dataclasses.fields(message_type)
+    added = message_type.FIELD_VERSIONS
+    _DEFAULTS[message_type] = {f.name: f.default for f in fields if f.name in added}
+    if any(d is dataclasses.MISSING for d in _DEFAULTS[message_type].values()) or any(
+            name not in added for name in [f.name for f in fields][len(fields) - len(added):]):
+        raise ValueError(f"{message_type.TYPE}: fields added by later versions come last and "
+                         "have defaults")
+    for version in message_type.VERSIONS:
+        _FIELD_KINDS[(message_type, version)] = tuple(
+            (f.name, f.type in ("int", int)) for f in fields if added.get(f.name, 0) <= version
+        )
     return message_type
+
+
+#: The default of each field added by a later version (written only when it differs).
+_DEFAULTS: dict[type[Message], dict[str, Any]] = {}
 
 
 for _known in (*BASE_MESSAGE_TYPES, *EXTENSION_MESSAGE_TYPES):
@@ -95,9 +107,9 @@ def unescape_field(value: str) -> str:
     return _ESCAPE.sub(replace, value)
 
 
-def _field_kinds(message_type: type[Message]) -> tuple[tuple[str, bool], ...]:
-    """(name, is_int) for each wire field of a registered type, in order."""
-    return _FIELD_KINDS[message_type]
+def _field_kinds(message_type: type[Message], version: int) -> tuple[tuple[str, bool], ...]:
+    """(name, is_int) for each wire field of a registered type's version, in order."""
+    return _FIELD_KINDS[(message_type, version)]
 
 
 def _format_field(value: object) -> str:
@@ -105,12 +117,18 @@ def _format_field(value: object) -> str:
 
 
 def wire_version(message: Message) -> int:
-    """The version :func:`encode` writes for this message."""
-    if min(type(message).VERSIONS) >= ESCAPED_VERSION:
-        return min(type(message).VERSIONS)
+    """The version :func:`encode` writes for this message: the lowest that carries every
+    field whose value is not its default (and, for base messages, 1 unless a field needs
+    escaping)."""
+    message_type = type(message)
+    lowest = min(message_type.VERSIONS)
+    if lowest >= ESCAPED_VERSION:
+        defaults = _DEFAULTS[message_type]
+        return max([lowest] + [since for name, since in message_type.FIELD_VERSIONS.items()
+                               if getattr(message, name) != defaults[name]])
     needs_escaping = any(
         isinstance(getattr(message, name), str) and SEPARATOR in getattr(message, name)
-        for name, _ in _field_kinds(type(message))
+        for name, _ in _field_kinds(message_type, lowest)
     )
     return ESCAPED_VERSION if needs_escaping else 1
 
@@ -128,7 +146,8 @@ def encode(message: Message) -> bytes:
         if problem is not None:
             raise ValueError(f"{message_type.TYPE}: {problem}")
     version = wire_version(message)
-    fields = [_format_field(getattr(message, name)) for name, _ in _field_kinds(message_type)]
+    fields = [_format_field(getattr(message, name))
+              for name, _ in _field_kinds(message_type, version)]
     if version >= ESCAPED_VERSION:
         fields = [escape_field(f) for f in fields]
     return SEPARATOR.join([message_type.TYPE, str(version), *fields]).encode("utf-8")
@@ -181,7 +200,7 @@ def _decode_message(data: bytes) -> Message:
         raise DecodeError(
             DecodeErrorKind.UNKNOWN_VERSION, f"{type_name} version {version} is not supported"
         )
-    kinds = _field_kinds(message_type)
+    kinds = _field_kinds(message_type, version)
     raw_fields = parts[2:]
     if len(raw_fields) != len(kinds):
         raise DecodeError(

@@ -27,6 +27,10 @@ APPLICATION_ACK_KINDS = frozenset({"accept", "release", "reject"})
 #: On the wire also ``gap``: the acquired offset holds no record a reader of the member's
 #: isolation level can be delivered (a transaction marker, an aborted or compacted-away record).
 ACK_KINDS = APPLICATION_ACK_KINDS | {"gap"}
+#: The holder of a dead-letter duty wrote the record to the dead-letter topic.
+DEAD_LETTERED = "dead-lettered"
+#: Every kind the log knows.
+ALL_ACK_KINDS = ACK_KINDS | {DEAD_LETTERED}
 #: Longest group, client and instance id, and longest topic name (Kafka's own limit), in
 #: characters. Longer ones are refused when written and malformed when read.
 MAX_ID_CHARS = 255
@@ -55,6 +59,9 @@ class Message:
     #: Versions this implementation reads. Base messages: 1 (the original, literal fields) and
     #: 2 (the same fields, escaped). Extensions start at 2.
     VERSIONS: ClassVar[frozenset[int]] = frozenset({1, 2})
+    #: Fields added by a later version of the type: field name -> the first version that
+    #: carries it (such fields come last and have defaults; older versions omit them).
+    FIELD_VERSIONS: ClassVar[dict[str, int]] = {}
 
     sent_at: int
     instance_id: str
@@ -143,14 +150,23 @@ class ShareMessage(PartitionMessage):
 
 @dataclass(frozen=True, slots=True)
 class InitializingSharePartition(ShareMessage):
-    """Start a share-partition at ``start_offset`` with its limits (the first one wins)."""
+    """Start a share-partition at ``start_offset`` with its limits and, from version 3, the
+    topic its records are dead-lettered to at the delivery limit (``""``: none). The first
+    one in the log wins."""
 
     TYPE: ClassVar[str] = "InitializingSharePartition"
+    VERSIONS: ClassVar[frozenset[int]] = frozenset({2, 3})
+    FIELD_VERSIONS: ClassVar[dict[str, int]] = {"dead_letter_topic": 3}
     start_offset: int
     delivery_limit: int
     inflight_limit: int
+    dead_letter_topic: str = ""
 
     def validate(self) -> None:
+        if self.dead_letter_topic:
+            problem = id_problem("topic", self.dead_letter_topic)
+            if problem is not None:
+                raise ValueError(f"dead-letter {problem}")
         if self.start_offset < 0:
             raise ValueError("start_offset < 0")
         if not MIN_DELIVERY_LIMIT <= self.delivery_limit <= MAX_DELIVERY_LIMIT:
@@ -172,7 +188,8 @@ class AcquiringRecords(ShareMessage):
 
 @dataclass(frozen=True, slots=True)
 class AcknowledgingRecords(ShareMessage):
-    """Acknowledge records the sender holds: ``kind`` is accept, release, reject or gap."""
+    """Acknowledge records the sender holds: ``kind`` is accept, release, reject, gap, or
+    dead-lettered (a dead-letter duty done)."""
 
     TYPE: ClassVar[str] = "AcknowledgingRecords"
     ranges: str
@@ -180,7 +197,7 @@ class AcknowledgingRecords(ShareMessage):
 
     def validate(self) -> None:
         ShareMessage.validate(self)
-        if self.kind not in ACK_KINDS:
+        if self.kind not in ALL_ACK_KINDS:
             raise ValueError(f"unknown acknowledgement kind {self.kind!r}")
 
 

@@ -84,8 +84,8 @@ def encode_state(state: PairState) -> str:
         ],
         "shares": [
             [p, s.spso, s.speo, s.delivery_limit, s.inflight_limit,
-             [[r.offset, _STATES[r.state], r.delivery_count, owners.ref(r.holder),
-               r.lock_expiry_ms] for r in s.stored_records()]]
+             [_share_record(r, owners) for r in s.stored_records()],
+             *([s.dead_letter_topic] if s.dead_letter_topic else [])]
             for p, s in sorted(state.shares.items())
         ],
         "keys": [
@@ -96,6 +96,15 @@ def encode_state(state: PairState) -> str:
     }
     doc["owners"] = owners.table
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+
+def _share_record(r: InFlightRecord, owners: _Owners) -> list[Any]:
+    """One stored share record; dead-letter fields only when the record owes a letter."""
+    fields: list[Any] = [r.offset, _STATES[r.state], r.delivery_count, owners.ref(r.holder),
+                         r.lock_expiry_ms]
+    if r.duty or r.owed_since_ms is not None or r.duties:
+        fields += [int(r.duty), r.owed_since_ms, r.duties]
+    return fields
 
 
 def _slot_runs(partition: KeySharedPartition, owners: _Owners) -> list[list[Any]]:
@@ -128,11 +137,11 @@ def decode_state(text: str) -> PairState:
             state.claims[_int(p)] = ClaimState(owner(own), _opt(claimed), _opt(beat),
                                                _opt(committed), _opt(released), owner(by),
                                                _opt(amo))
-        for p, spso, speo, limit, inflight, records in doc["shares"]:
-            stored = [InFlightRecord(_int(o), _STATE_OF[_int(st)], _int(n), owner(h), _opt(x))
-                      for o, st, n, h, x in records]
+        for p, spso, speo, limit, inflight, records, *dead_letters in doc["shares"]:
+            stored = [_stored_record(fields, owner) for fields in records]
+            topic = _str(dead_letters[0]) if dead_letters else ""
             state.shares[_int(p)] = SharePartition.restored(_int(spso), _int(speo), _int(limit),
-                                                            _int(inflight), stored)
+                                                            _int(inflight), stored, topic)
         for p, runs, seen in doc["keys"]:
             owners_of: list[Owner | None] = [None] * KEY_SLOTS
             committed_of: list[int | None] = [None] * KEY_SLOTS
@@ -149,6 +158,19 @@ def decode_state(text: str) -> PairState:
         raise
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         raise CheckpointError(f"malformed checkpoint state: {exc}") from exc
+
+
+def _stored_record(fields: Any, owner: Any) -> InFlightRecord:
+    o, st, n, h, x, *dead = fields
+    duty, owed, duties = dead if dead else (0, None, 0)
+    return InFlightRecord(_int(o), _STATE_OF[_int(st)], _int(n), owner(h), _opt(x),
+                          bool(_int(duty)), _opt(owed), _int(duties))
+
+
+def _str(value: Any) -> str:
+    if type(value) is not str:
+        raise CheckpointError(f"expected a string, got {value!r}")
+    return value
 
 
 def _int(value: Any) -> int:

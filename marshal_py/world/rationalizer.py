@@ -399,7 +399,8 @@ class Rationalizer:
             if share is not None:
                 return Verdict.SHARE_IGNORED, "already initialized"
             self._shares[key] = SharePartition(message.start_offset, message.delivery_limit,
-                                               message.inflight_limit)
+                                               message.inflight_limit,
+                                               message.dead_letter_topic)
             return Verdict.SHARE_INITIALIZED, f"SPSO {message.start_offset}"
         if share is None:
             return Verdict.SHARE_IGNORED, "share-partition not initialized"

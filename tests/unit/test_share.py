@@ -189,3 +189,104 @@ def test_a_gap_redelivered_after_a_lapsed_lock_keeps_only_real_attempts() -> Non
     assert state(s) == (1, 1, {})
     share = s.replay().share_partition("g", "t", 0)
     assert share is not None and share.exhausted == []
+
+
+# -- dead letters decided by the log ---------------------------------------------------------
+
+DL = RecordState.DEAD_LETTER
+
+
+def duty_view(s: Scenario, offset: int, now: int | None = None) -> tuple[bool, int | None, int]:
+    share = s.replay().share_partition("g", "t", 0)
+    assert share is not None
+    (record,) = [r for r in share.in_flight(None if now is None else T0 + now)
+                 if r.offset == offset]
+    return record.duty, record.owed_since_ms, record.duties
+
+
+def test_a_release_at_the_limit_owes_a_dead_letter_that_holds_the_spso() -> None:
+    s = Scenario()
+    s.share_init("a", 0, start=0, delivery_limit=2, dead_letter_topic="dlq")
+    s.acquire("a", 1, "0-1")
+    s.ack("a", 2, "0", "release")
+    s.acquire("a", 3, "0")
+    s.ack("a", 4, "0", "release")  # second attempt, limit 2: owed a dead letter
+    s.ack("a", 5, "1")
+    assert state(s) == (0, 2, {0: (DL, 2), 1: (ACK, 1)})  # the SPSO waits for the letter
+    assert duty_view(s, 0) == (False, T0 + 4, 0)
+    # Whoever acquires it takes the duty: no new delivery, the count stays.
+    s.acquire("b", 6, "0")
+    assert state(s) == (0, 2, {0: (AQ, 2), 1: (ACK, 1)})
+    assert duty_view(s, 0) == (True, T0 + 4, 1)
+    # A duty is not a delivery: accept and reject do not apply to it.
+    s.ack("b", 7, "0", "accept")
+    s.ack("b", 8, "0", "reject")
+    assert state(s) == (0, 2, {0: (AQ, 2), 1: (ACK, 1)})
+    s.ack("b", 9, "0", "dead-lettered")
+    assert state(s) == (2, 2, {})
+
+
+def test_a_crashed_duty_holder_passes_the_duty_on() -> None:
+    s = Scenario()
+    s.share_init("a", 0, start=0, delivery_limit=2, dead_letter_topic="dlq")
+    s.acquire("a", 1, "0", lock_ms=1_000)
+    s.acquire("a", 2 * S, "0", lock_ms=1_000)
+    # The holder crashes at its last attempt: the lock elapses, the record is owed.
+    assert state(s, now=4 * S) == (0, 1, {0: (DL, 2)})
+    s.acquire("b", 5 * S, "0", lock_ms=1_000)
+    assert duty_view(s, 0) == (True, T0 + 3 * S, 1)  # owed since the lock elapsed
+    # b crashes holding the duty: it is owed again, and c's duty is the second.
+    assert state(s, now=7 * S) == (0, 1, {0: (DL, 2)})
+    s.acquire("c", 8 * S, "0", lock_ms=1_000)
+    assert duty_view(s, 0) == (True, T0 + 3 * S, 2)
+    s.ack("c", 8 * S + 1, "0", "release")  # could not write it now: owed again
+    assert state(s) == (0, 1, {0: (DL, 2)})
+    s.acquire("a", 9 * S, "0")
+    s.ack("a", 9 * S + 1, "0", "gap")  # the record is gone (compaction): nothing to write
+    assert state(s) == (1, 1, {})
+
+
+def test_dead_lettered_applies_only_to_a_duty() -> None:
+    s = Scenario()
+    s.share_init("a", 0, start=0, dead_letter_topic="dlq")
+    s.acquire("a", 1, "0")
+    s.ack("a", 2, "0", "dead-lettered")
+    r = s.replay()
+    assert r.counters[Verdict.SHARE_IGNORED] == 1
+    assert state(s) == (0, 1, {0: (AQ, 1)})
+
+
+def test_without_a_dead_letter_topic_the_limit_archives_as_before() -> None:
+    s = Scenario()
+    s.share_init("a", 0, start=0, delivery_limit=2)
+    s.acquire("a", 1, "0")
+    s.ack("a", 2, "0", "release")
+    s.acquire("a", 3, "0")
+    s.ack("a", 4, "0", "release")
+    assert state(s) == (1, 1, {})
+
+
+def test_dead_letter_state_survives_a_checkpoint() -> None:
+    from marshal_py.world.checkpoint import PairState, decode_state, encode_state
+
+    s = Scenario()
+    s.share_init("a", 0, start=0, delivery_limit=2, dead_letter_topic="dlq")
+    s.acquire("a", 1, "0-2", lock_ms=1_000)
+    s.acquire("a", 2 * S, "0-1", lock_ms=1_000)
+    s.acquire("b", 4 * S, "0", lock_ms=5_000)  # 0: a duty; 1: owed
+    share = s.replay().share_partition("g", "t", 0)
+    assert share is not None
+    text = encode_state(PairState(shares={0: share}))
+    back = decode_state(text).shares[0]
+    assert back.dead_letter_topic == "dlq"
+    assert back.stored_records() == share.stored_records()
+    assert back.in_flight(T0 + 20 * S) == share.in_flight(T0 + 20 * S)
+    # A share-partition without dead letters writes what older versions wrote.
+    plain = Scenario()
+    plain.share_init("a", 0, start=0)
+    plain.acquire("a", 1, "0-2")
+    plain_share = plain.replay().share_partition("g", "t", 0)
+    assert plain_share is not None
+    expiry = T0 + 1 + 30_000
+    assert f'"shares":[[0,0,3,5,2000,[[0,1,1,0,{expiry}],[1,1,1,0,{expiry}],[2,1,1,0,{expiry}]]]]' \
+        in encode_state(PairState(shares={0: plain_share}))
