@@ -617,7 +617,9 @@ def _ack(action: str, position: int) -> Callable[[_ShareStats], _ShareStats]:
             return s._replace(accepts=s.accepts + 1, last_accept_position=position)
         if action == "release":
             return s._replace(releases=s.releases + 1)
-        return s._replace(rejects=s.rejects + 1)
+        if action == "reject":
+            return s._replace(rejects=s.rejects + 1)
+        return s  # gap, dead-lettered: no delivery to count (as the Spark engine)
     return change
 
 

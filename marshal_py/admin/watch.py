@@ -69,6 +69,7 @@ def build_frame(rationalizer: Rationalizer, now_ms: int,
             "acquired": counts.get(RecordState.ACQUIRED, 0),
             "acknowledged": counts.get(RecordState.ACKNOWLEDGED, 0),
             "archived": counts.get(RecordState.ARCHIVED, 0),
+            "dead_letter": counts.get(RecordState.DEAD_LETTER, 0),
             "end_offset": end, "lag": lag_of(end, share.spso),
         })
     key_shared = []
@@ -111,7 +112,8 @@ def _table(title: str, columns: list[str], rows: list[list[object]],
     for name in columns:
         table.add_column(name, justify="right" if name in (
             "partition", "committed", "end", "lag", "spso", "speo", "slots held",
-            "available", "acquired", "acked", "archived", "age_s") else "left")
+            "available", "acquired", "acked", "archived", "dead letters", "age_s")
+            else "left")
     for row in rows:
         table.add_row(*[_styled(v) if c in styled else Text("-" if v is None else str(v))
                         for c, v in zip(columns, row, strict=True)])
@@ -153,9 +155,10 @@ def render_frame(frame: Frame, title: str = "marshal watch") -> RenderableType:
         parts.append(_table(
             "Share-partitions",
             ["group", "topic", "partition", "spso", "speo", "available", "acquired", "acked",
-             "archived", "end", "lag"],
+             "archived", "dead letters", "end", "lag"],
             [[s["group"], s["topic"], s["partition"], s["spso"], s["speo"], s["available"],
-              s["acquired"], s["acknowledged"], s["archived"], s["end_offset"], s["lag"]]
+              s["acquired"], s["acknowledged"], s["archived"], s["dead_letter"], s["end_offset"],
+              s["lag"]]
              for s in frame["shares"]]))
     if frame["key_shared"]:
         parts.append(_table(

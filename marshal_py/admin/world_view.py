@@ -145,6 +145,7 @@ SHARE_COLUMNS = (
     "acquired",
     "acknowledged",
     "archived",
+    "dead_letter",
     "oldest_lock_expires_in_s",
 )
 
@@ -181,6 +182,7 @@ def share_rows(view: WorldView, group: str | None = None,
             "acquired": counts[RecordState.ACQUIRED],
             "acknowledged": counts[RecordState.ACKNOWLEDGED],
             "archived": counts[RecordState.ARCHIVED],
+            "dead_letter": counts[RecordState.DEAD_LETTER],
             "oldest_lock_expires_in_s":
                 round((min(expiries) - view.now_ms) / 1000, 3) if expiries else None,
         })

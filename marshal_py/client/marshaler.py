@@ -419,6 +419,7 @@ class Marshaler:
             start_time_ms=None if start_time is None else int(start_time.timestamp() * 1000),
             replay_window_ms=self.config.replay_window_ms,
             checkpoint_interval_ms=self._checkpoint_ms, max_poll_interval_ms=max_poll_ms,
+            dead_letter_topic=dead_letter_topic or "",
         )
         source = self._open_source(
             topics + ((dead_letter_topic,) if dead_letter_topic else ()), data)

@@ -14,9 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from kafka import KafkaProducer
-from kafka.errors import KafkaError
-
+from marshal_py.client.dead_letters import DeadLetterWriter
 from marshal_py.client.delivery import PollWatch
 from marshal_py.client.member_consumer import MemberConsumer
 from marshal_py.client.share_engine import ShareEngine, ShareStats
@@ -58,11 +56,15 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
     Records of one partition come in increasing offset order within a batch. Close releases
     what was acquired and not yet acknowledged, so others get it at once.
 
-    With ``dead_letter_topic``, a record that the log archives because it reached the
-    delivery limit while this member held it (released at its last attempt, or its lock
-    elapsed before it was handed out) is first copied there, with headers
-    ``marshal.original.topic``, ``.partition``, ``.offset``, ``marshal.delivery.count`` and
-    ``marshal.reason``. A member that crashes at a record's last attempt copies nothing.
+    Dead letters: a share-partition initialized with a dead-letter topic (the first
+    member's ``dead_letter_topic``, kept in the log) owes every record that reaches the
+    delivery limit — released at its last attempt, its lock elapsed (a crashed or hung
+    holder), or given up after max_poll_interval — one letter there, with headers
+    ``marshal.group``, ``marshal.original.topic``, ``.partition``, ``.offset``,
+    ``marshal.delivery.count`` and ``marshal.reason``. The log charges one member at a time
+    with writing it (a *duty*, acquired like a record but never handed out); a member that
+    crashes with a duty passes it on, and its successor looks for the letter before writing
+    it again. ``dead_lettered`` counts the letters this member wrote.
     """
 
     _engine: ShareEngine
@@ -79,7 +81,7 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         self._tick_interval_s = tick_interval_s
         self._kafka = kafka
         self.dead_letter_topic = dead_letter_topic
-        self._dlq: KafkaProducer | None = None
+        self._letters = DeadLetterWriter(kafka, engine.config.group_id)
         self.dead_lettered = 0
         self._to_fetch: dict[TP, dict[int, int]] = {}  # acquired, not fetched: offset -> count
         self._buffer: deque[ShareRecord] = deque()
@@ -96,12 +98,8 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
             self._preclaim()
 
     def _before_suspend(self) -> None:
-        """Records handed out at their last attempt are archived by the release: copy them
-        to the dead-letter topic first; drop what was acquired and not fetched."""
-        limit = self._engine.config.delivery_limit
-        for record in list(self._unacked.values()):
-            if record.delivery_count >= limit:
-                self._dead_letter(record, "max-poll-interval-at-delivery-limit")
+        """Drop what was acquired and not fetched (the engine releases it; a record released
+        at its last attempt is owed a dead letter, which the log gives someone to write)."""
         self._to_fetch.clear()
 
     def _after_rejoin(self) -> None:
@@ -117,7 +115,8 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
             for partition in range(count):
                 waiting = self._to_fetch.setdefault((topic, partition), {})
                 if len(waiting) < batch:
-                    for offset, delivery_count in self._engine.acquire(topic, partition, batch):
+                    for offset, delivery_count in self._engine.acquire(topic, partition, batch,
+                                                                       duties=True):
                         waiting[offset] = delivery_count
 
     # -- fetching --------------------------------------------------------------------------------
@@ -149,15 +148,19 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
             starts[tp] = position
         # Fetch only as far as the acquired offsets reach: the rest belongs to others.
         polled = self._poll_data(timeout_s, max(1, min(1_000, span)))
+        duties: list[tuple[Any, int]] = []
         for batch in polled:
             tp, records = (batch.topic, batch.partition), batch.records
             start = starts.get(tp)
             with self._lock:
                 waiting = self._to_fetch.get(tp, {})
+                owed = self._engine.duties.get(tp, {})
                 fetched = {r.offset for r in records}
                 for r in records:
                     count = waiting.pop(r.offset, None)
-                    if count is not None:
+                    if count is not None and r.offset in owed:
+                        duties.append((r, count))
+                    elif count is not None:
                         self._buffer.append(ShareRecord(r.topic, r.partition, r.offset,
                                                         r.timestamp, r.key, r.value,
                                                         list(r.headers or []), count))
@@ -173,6 +176,36 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
                 for offset in gaps:
                     del waiting[offset]
                     self._engine.ack(tp[0], tp[1], offset, "gap")
+        for record, count in duties:
+            self._do_duty(record, count)
+
+    def _do_duty(self, record: Any, delivery_count: int) -> None:
+        """Write the dead letter the log charged this member with, then say so; on failure
+        release the duty (someone writes it later)."""
+        tp = (record.topic, record.partition)
+        with self._lock:
+            owed = self._engine.duties.get(tp, {}).get(record.offset)
+            topic = self._engine.dead_letter_topic(*tp)
+            if owed is None or not topic or not self._engine.holds(*tp, record.offset):
+                return  # the duty's lock elapsed meanwhile: it goes to someone else
+        try:
+            written = owed.duties > 1 and owed.owed_since_ms is not None and \
+                self._letters.already_written(topic, record.topic, record.partition,
+                                              record.offset, owed.owed_since_ms)
+            if written:
+                log.info("%s/%d@%d: a previous holder of its dead-letter duty wrote it",
+                         record.topic, record.partition, record.offset)
+            else:
+                self._letters.write(topic, record, delivery_count, "delivery-limit")
+                self.dead_lettered += 1
+        except MarshalError as exc:
+            log.warning("dead letter of %s/%d@%d not written (another try later): %s",
+                        record.topic, record.partition, record.offset, exc)
+            with self._lock:
+                self._engine.ack(*tp, record.offset, "release")
+            return
+        with self._lock:
+            self._engine.ack(*tp, record.offset, "dead-lettered")
 
     def _settle_previous_batch(self) -> None:
         if not self._unacked:
@@ -205,36 +238,8 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
                 self._unacked[((record.topic, record.partition), record.offset)] = record
                 return record
             # The lock elapsed before the record was handed out: someone else may have it,
-            # or, at its last attempt, the log archives it.
-            if record.delivery_count >= self._engine.config.delivery_limit:
-                self._dead_letter(record, "lock-elapsed-at-delivery-limit")
+            # or, at its last attempt, the log owes it a dead letter (someone's duty).
         return None
-
-    def _dead_letter(self, record: ShareRecord, reason: str) -> None:
-        """Copy a record the log archives at the delivery limit to the dead-letter topic."""
-        if self.dead_letter_topic is None:
-            return
-        if self._dlq is None:
-            self._dlq = KafkaProducer(acks="all", enable_idempotence=True,
-                                      **self._kafka.client_config(KafkaProducer))
-        headers = [
-            ("marshal.original.topic", record.topic.encode()),
-            ("marshal.original.partition", str(record.partition).encode()),
-            ("marshal.original.offset", str(record.offset).encode()),
-            ("marshal.delivery.count", str(record.delivery_count).encode()),
-            ("marshal.reason", reason.encode()),
-            *record.headers,
-        ]
-        try:
-            self._dlq.send(self.dead_letter_topic, key=record.key, value=record.value,
-                           headers=headers).get(timeout=self._kafka.timeout_s)
-        except KafkaError as exc:
-            raise BrokerUnavailableError(
-                f"writing to the dead-letter topic {self.dead_letter_topic!r} failed: {exc}"
-            ) from exc
-        self.dead_lettered += 1
-        log.info("dead-lettered %s/%d@%d (%s)", record.topic, record.partition, record.offset,
-                 reason)
 
     def ack(self, record: ShareRecord, kind: str = "accept") -> bool:
         """Acknowledge a delivered record: ``"accept"`` (done), ``"release"`` (deliver it
@@ -247,9 +252,6 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
             raise self._watch.failure("acknowledgement")
         key = ((record.topic, record.partition), record.offset)
         self._unacked.pop(key, None)
-        if kind == "release" and record.delivery_count >= self._engine.config.delivery_limit:
-            # The log will archive it: copy it to the dead-letter topic first.
-            self._dead_letter(record, "delivery-limit")
         with self._lock:
             return self._engine.ack(record.topic, record.partition, record.offset, kind)
 
@@ -267,7 +269,7 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         self._engine.close()
 
     def _other_clients(self) -> list[Any]:
-        return [self._dlq] if self._dlq is not None else []
+        return [self._letters]
 
     def __enter__(self) -> ShareConsumer:
         return self

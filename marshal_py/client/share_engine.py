@@ -28,7 +28,7 @@ from marshal_py.protocol import (
     ranges_of,
 )
 from marshal_py.protocol.messages import (
-    ACK_KINDS,
+    ALL_ACK_KINDS,
     DEFAULT_DELIVERY_LIMIT,
     DEFAULT_INFLIGHT_LIMIT,
     DEFAULT_LOCK_MS,
@@ -39,7 +39,7 @@ from marshal_py.protocol.messages import (
     MIN_LOCK_MS,
 )
 from marshal_py.world import Rationalizer
-from marshal_py.world.share import RecordState
+from marshal_py.world.share import InFlightRecord, RecordState
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,9 @@ class ShareConfig(MemberConfig):
     #: ``offset_reset``.
     start_time_ms: int | None = None
     batch_size: int = 500
+    #: Where records that reach the delivery limit go (PROTOCOL.md 8.2 rule 9): written into
+    #: the share-partitions this member initializes; the log's topic is the one that counts.
+    dead_letter_topic: str = ""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -77,7 +80,10 @@ class ShareStats:
     acquisitions: int = 0
     records_acquired: int = 0
     records_void: int = 0
-    acks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(sorted(ACK_KINDS), 0))
+    acks: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(sorted(ALL_ACK_KINDS), 0))
+    #: Dead-letter duties acquired.
+    duties: int = 0
     renewals: int = 0
     coordination_records: int = 0
 
@@ -92,9 +98,13 @@ class ShareEngine(GroupMember[ShareConfig]):
         self.held: dict[TP, dict[int, int]] = defaultdict(dict)
         self._lock_expiry: dict[TP, dict[int, int]] = defaultdict(dict)
         self._pending: dict[tuple[TP, str], list[int]] = defaultdict(list)
+        #: Held offsets that are dead-letter duties, with their state when acquired.
+        self.duties: dict[TP, dict[int, InFlightRecord]] = defaultdict(dict)
+        self._told_dead_letters: set[TP] = set()
         self.stats = ShareStats()
 
     def _drop_all(self) -> None:
+        self.duties.clear()
         self.held.clear()
         self._lock_expiry.clear()
         self._pending.clear()
@@ -133,6 +143,7 @@ class ShareEngine(GroupMember[ShareConfig]):
         for tp, offsets in list(self.held.items()):
             self._pending[(tp, "release")].extend(offsets)
         self.held.clear()
+        self.duties.clear()
         self._lock_expiry.clear()
         try:
             self.flush()
@@ -153,9 +164,12 @@ class ShareEngine(GroupMember[ShareConfig]):
         for topic in self.config.topics:
             count = self.source.partition_count(topic) or 0
             for partition in range(count):
-                if self.rationalizer.share_partition(self.config.group_id, topic,
-                                                     partition) is None:
+                share = self.rationalizer.share_partition(self.config.group_id, topic,
+                                                          partition)
+                if share is None:
                     self._initialize(topic, partition)
+                elif (topic, partition) not in self._told_dead_letters:
+                    self._tell_dead_letters(topic, partition, share.dead_letter_topic)
         self._renew_due(now)
         self.flush()
         self.channel.maybe_checkpoint(self.me)
@@ -170,17 +184,40 @@ class ShareEngine(GroupMember[ShareConfig]):
         self._append(InitializingSharePartition(
             self.clock.now_ms() // 1000, self.me.instance_id, self.me.client_id,
             self.config.group_id, topic, partition, start, self.config.delivery_limit,
-            self.config.inflight_limit))
+            self.config.inflight_limit, self.config.dead_letter_topic))
         self._catch_up()
+
+    def _tell_dead_letters(self, topic: str, partition: int, logged: str) -> None:
+        """Warn once when the log's dead-letter topic of a share-partition (fixed by its
+        first initialization) is not this member's setting: the log's is the one used."""
+        self._told_dead_letters.add((topic, partition))
+        mine = self.config.dead_letter_topic
+        if logged == mine:
+            return
+        where = f"{self.config.group_id} {topic}/{partition}"
+        if not logged:
+            log.warning("%s was initialized without a dead-letter topic: records reaching the "
+                        "delivery limit are archived, not written to %r (reset the share "
+                        "group's offsets while it is empty to set one)", where, mine)
+        else:
+            log.warning("%s dead-letters to %r, fixed when it was initialized; this member's "
+                        "setting %s is not used", where, logged,
+                        repr(mine) if mine else "(none)")
+
+    def dead_letter_topic(self, topic: str, partition: int) -> str:
+        """The topic the log says this share-partition dead-letters to ("" for none)."""
+        share = self.rationalizer.share_partition(self.config.group_id, topic, partition)
+        return "" if share is None else share.dead_letter_topic
 
     # -- acquiring -----------------------------------------------------------------------------
 
     def acquire(self, topic: str, partition: int, max_records: int | None = None,
-                until: int | None = None) -> list[tuple[int, int]]:
+                until: int | None = None, *, duties: bool = False) -> list[tuple[int, int]]:
         """Acquire up to ``max_records`` records of a partition; return (offset, delivery
-        count) of those granted, in offset order. Available redeliveries come first, then new
-        records up to the partition's end (or ``until``, exclusive); members start new ranges
-        at different places."""
+        count) of those granted, in offset order. With ``duties``, records owed a dead
+        letter come first (granted as duties: see :attr:`duties`), then Available
+        redeliveries, then new records up to the partition's end (or ``until``, exclusive);
+        members start new ranges at different places."""
         share = self.rationalizer.share_partition(self.config.group_id, topic, partition)
         if share is None or self._closed or self.suspended:
             return []
@@ -191,9 +228,12 @@ class ShareEngine(GroupMember[ShareConfig]):
         if until is not None:
             limit = min(limit, until)
         mine = self.held.get((topic, partition), {})
-        candidates = [r.offset for r in share.in_flight(now)
-                      if r.state is RecordState.AVAILABLE and r.offset < limit
-                      and r.offset not in mine][:wanted]
+        view = share.in_flight(now)
+        candidates = [r.offset for r in view if r.state is RecordState.DEAD_LETTER
+                      and r.offset not in mine][:wanted] if duties else []
+        candidates += [r.offset for r in view
+                       if r.state is RecordState.AVAILABLE and r.offset < limit
+                       and r.offset not in mine][:wanted - len(candidates)]
         if len(candidates) < wanted and share.speo < limit:
             # New records: member i of M starts i batches past the SPEO, so that members
             # joining the race for new records mostly ask for different ones.
@@ -222,6 +262,9 @@ class ShareEngine(GroupMember[ShareConfig]):
                 assert record.lock_expiry_ms is not None
                 expiries[record.offset] = record.lock_expiry_ms
                 granted.append((record.offset, record.delivery_count))
+                if record.duty:
+                    self.duties[(topic, partition)][record.offset] = record
+                    self.stats.duties += 1
         self.stats.records_acquired += len(granted)
         self.stats.records_void += len(candidates) - len(granted)
         return sorted(granted)
@@ -240,13 +283,14 @@ class ShareEngine(GroupMember[ShareConfig]):
 
     def ack(self, topic: str, partition: int, offset: int, kind: str = "accept") -> bool:
         """Queue an acknowledgement (written by :meth:`flush`); False if not held."""
-        if kind not in ACK_KINDS:
+        if kind not in ALL_ACK_KINDS:
             raise ConfigurationError(f"acknowledgement kind must be one of "
-                                     f"{', '.join(sorted(ACK_KINDS))}, not {kind!r}")
+                                     f"{', '.join(sorted(ALL_ACK_KINDS))}, not {kind!r}")
         held = self.held.get((topic, partition), {})
         if offset not in held:
             return False
         del held[offset]
+        self.duties.get((topic, partition), {}).pop(offset, None)
         self._lock_expiry[(topic, partition)].pop(offset, None)
         self._pending[((topic, partition), kind)].append(offset)
         return True
@@ -270,6 +314,7 @@ class ShareEngine(GroupMember[ShareConfig]):
             for offset in [o for o, expiry in expiries.items() if expiry <= now]:
                 del expiries[offset]  # elapsed: no longer ours
                 self.held[(topic, partition)].pop(offset, None)
+                self.duties[(topic, partition)].pop(offset, None)
             if not due:
                 continue
             self._append(RenewingLocks(now // 1000, self.me.instance_id, self.me.client_id,

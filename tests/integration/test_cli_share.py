@@ -58,6 +58,7 @@ def test_state_shows_share_partitions_and_records(share_group: tuple[str, str, s
     shares = json.loads(marshal("state", *common, "--json", "--shares").stdout)
     assert shares == [{"group": "jobs", "topic": topic, "partition": 0, "spso": 5, "speo": 10,
                        "available": 1, "acquired": 4, "acknowledged": 0, "archived": 0,
+                       "dead_letter": 0,
                        "oldest_lock_expires_in_s": shares[0]["oldest_lock_expires_in_s"]}]
     assert 3000 < shares[0]["oldest_lock_expires_in_s"] <= 3600
     records = json.loads(marshal("state", *common, "--json", "--records").stdout)
