@@ -341,16 +341,18 @@ def test_share_batch_stalled_past_max_poll_interval_gives_its_records_back(
     ends after all, its acceptance does not count."""
     produced = world.producer.send(200)
     stalled: list[Row] = []
-    resume = threading.Event()
+    held, resume = threading.Event(), threading.Event()
 
     def hold_first_batch(batch_id: int, rows: list[Row]) -> None:
         if batch_id == 0:
             stalled.extend(rows)
+            held.set()
             assert resume.wait(120), "the test never let the stalled batch go on"
 
     query = Query(marshal_spark, world, tmp_path, 1, mode="share", after_read=hold_first_batch,
                   options={"max.poll.interval": "2", "lock.duration": "30"})
     try:
+        assert held.wait(120), "the first batch never reached the sink"
         got: list[Any] = []
         with Marshaler(world.bootstrap, world.group, client_id="python-member",
                        heartbeat_interval=HI, coordination_topic=world.ctopic) as m:
