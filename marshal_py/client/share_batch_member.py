@@ -145,6 +145,9 @@ class ShareBatchMember(BackgroundMember):
                 continue
             del self._running[batch]
             self._expired.add(batch)
+            self.engine.channel.catch_up()  # gaps its workers wrote are not released again
+            for topic, partition in sorted({(r.topic, r.partition) for r in batch}):
+                self.engine.forget_unheld(topic, partition)
             released = 0
             for r in batch:
                 for offset in range(r.start, r.end):
