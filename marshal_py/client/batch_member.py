@@ -12,116 +12,40 @@ completion with :meth:`complete`.
   with a ``ClaimingMessages`` before it is planned, and counts it done at once.
 * Share mode: :class:`ShareBatchMember` acquires records (with their delivery counts) under
   locks the background thread keeps renewing, and accepts them when the batch is completed.
+  The workers that read a batch write ``gap`` acknowledgements, in the member's name
+  (:class:`ShareHolder`), for offsets of it that held no record; completion reads those back
+  and accepts only the rest. With ``max_batch_ms``, a batch still running after that long
+  gives its records back (released with their delivery counts) and stops holding them.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from marshal_py.client.coordinator import CoordinationThread
+from marshal_py.client.batch_base import (
+    TP,
+    BackgroundMember,
+    PlannedRange,
+    ShareHolder,
+    share_budget,
+)
 from marshal_py.client.engine import MemberEngine
-from marshal_py.client.share_engine import ShareEngine
+from marshal_py.client.share_batch_member import ShareBatchMember
 from marshal_py.client.source import KafkaPartitionSource
 
 if TYPE_CHECKING:
     from marshal_py.client.host import MemberHost
 
+__all__ = ["BatchMember", "ExclusiveBatchMember", "PlannedRange", "ShareBatchMember",
+           "ShareHolder", "share_budget"]
+
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 
-
-@dataclass(frozen=True, slots=True)
-class PlannedRange:
-    """Records ``[start, end)`` of one partition, planned for a batch.
-
-    ``delivery_count`` is 1 in the exclusive modes; in share mode a range holds records of
-    one delivery count (a batch may hold several ranges of one partition).
-    """
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-    delivery_count: int = 1
-
-    @property
-    def size(self) -> int:
-        """How many offsets the range spans."""
-        return self.end - self.start
-
-
-def share_budget(available: Mapping[TP, int], budget: int | None) -> dict[TP, int]:
-    """Split ``budget`` records over partitions with ``available`` records each.
-
-    Water-filling: every partition gets an equal share, and what a partition cannot use goes
-    to the others; ties broken by partition order so the split is deterministic. ``None``:
-    everything available.
-    """
-    wanted = {tp: max(0, n) for tp, n in available.items()}
-    if budget is None:
-        return wanted
-    out = dict.fromkeys(wanted, 0)
-    left = max(0, budget)
-    # Smallest first: each takes an equal share of what is left, or all it can use; so
-    # partitions that could use more all end within one record of each other.
-    ordered = sorted(wanted, key=lambda tp: (wanted[tp], tp))
-    for i, tp in enumerate(ordered):
-        give = min(wanted[tp], left // (len(ordered) - i))
-        out[tp] = give
-        left -= give
-    return out
-
-
-class _BackgroundMember:
-    """The thread that keeps a member alive (ticks its engine) while the caller plans."""
-
-    def __init__(self, host: MemberHost, tick: Callable[[], None], close: Callable[[], None],
-                 tick_interval_s: float) -> None:
-        self._host = host
-        self._lock = host.lock
-        self._close_engine = close
-        self._stop = threading.Event()
-        self._error: BaseException | None = None
-        self._closed = False
-        self._thread = CoordinationThread(
-            name="marshal-batch-member", lock=self._lock, step=tick, stop=self._stop,
-            interval_s=tick_interval_s, is_closed=lambda: self._closed,
-            on_fatal=self._set_error)
-        self._thread.start()
-
-    def _set_error(self, exc: BaseException) -> None:
-        self._error = exc
-
-    def _raise_background_error(self) -> None:
-        if self._error is not None:
-            raise self._error
-
-    def wait_ticks(self, count: int, timeout_s: float) -> None:
-        """Wait until the background thread has run ``count`` more steps."""
-        self._thread.wait_ticks(count, timeout_s)
-        self._raise_background_error()
-
-    def close(self) -> None:
-        """Stop the thread, then release everything held and leave the group. Idempotent."""
-        if self._closed:
-            return
-        self._stop.set()
-        self._thread.join()
-        with self._lock:
-            self._closed = True
-            try:
-                self._close_engine()
-            finally:
-                self._host.member_closed(self)
-
-
-class ExclusiveBatchMember(_BackgroundMember):
+class ExclusiveBatchMember(BackgroundMember):
     """A batch member of an exclusive group (``alo`` or ``amo``). Thread-safe."""
 
     def __init__(self, host: MemberHost, engine: MemberEngine,
@@ -267,90 +191,4 @@ class ExclusiveBatchMember(_BackgroundMember):
         return True
 
 
-class ShareBatchMember(_BackgroundMember):
-    """A batch member of a share group. Thread-safe."""
-
-    def __init__(self, host: MemberHost, engine: ShareEngine,
-                 source: KafkaPartitionSource, tick_interval_s: float) -> None:
-        self.engine = engine
-        self.source = source
-        self.mode = "share"
-        super().__init__(host, engine.tick, engine.close, tick_interval_s)
-
-    @property
-    def instance_id(self) -> str:
-        """This member's instance id (new for every process)."""
-        return self.engine.me.instance_id
-
-    def wait_settled(self, timeout_s: float) -> None:
-        """Wait until the share-partitions are initialized (the first engine step)."""
-        self.wait_ticks(1, timeout_s)
-
-    def end_offsets(self) -> dict[TP, int]:
-        """End offsets of every partition of the consumed topics, now."""
-        with self._lock:
-            return self.source.end_offsets(self.engine.config.topics)
-
-    def plan(self, max_records: int | None, until: Mapping[TP, int] | None = None,
-             floors: Mapping[TP, int] | None = None) -> list[PlannedRange]:
-        """Acquire up to ``max_records`` records over every partition (in-flight limits
-        apply), never at or past ``until``; return them as ranges of one delivery count."""
-        self._raise_background_error()
-        del floors  # the share-partition state in the log is the only record of progress
-        with self._lock:
-            # Read our own acceptances back first: they move the start offset (SPSO) and so
-            # make room under the in-flight limit.
-            self.engine.channel.catch_up()
-            tps = sorted(self.source.end_offsets(self.engine.config.topics))
-            if until is not None:
-                tps = [tp for tp in tps if tp in until]
-            planned: list[PlannedRange] = []
-            left = max_records
-            for i, tp in enumerate(tps):
-                if left is not None and left <= 0:
-                    break
-                ask = None if left is None else max(1, left // (len(tps) - i))
-                granted = self.engine.acquire(tp[0], tp[1], ask or self._unbounded(tp),
-                                              until=None if until is None else until[tp])
-                planned.extend(_runs(tp, granted))
-                if left is not None:
-                    left -= len(granted)
-            return planned
-
-    def _unbounded(self, tp: TP) -> int:
-        share = self.engine.rationalizer.share_partition(self.engine.config.group_id, *tp)
-        return share.inflight_limit if share is not None else self.engine.config.inflight_limit
-
-    def skip_processed(self, floors: Mapping[TP, int]) -> None:
-        """Share-partitions keep their own progress in the log: nothing to skip."""
-        del floors
-
-    def adopt(self, ranges: Iterable[PlannedRange]) -> list[PlannedRange]:
-        """Records another process acquired are its own until their locks elapse; then
-        they are available again to anyone. Nothing to adopt."""
-        del ranges
-        return []
-
-    def complete(self, ranges: Iterable[PlannedRange]) -> None:
-        """The batch holding ``ranges`` is processed: accept its records."""
-        with self._lock:
-            for r in ranges:
-                for offset in range(r.start, r.end):
-                    self.engine.ack(r.topic, r.partition, offset, "accept")
-            self.engine.flush()
-
-
 BatchMember = ExclusiveBatchMember | ShareBatchMember
-
-
-def _runs(tp: TP, granted: list[tuple[int, int]]) -> list[PlannedRange]:
-    """(offset, delivery count) pairs in offset order -> ranges of consecutive offsets with
-    one delivery count."""
-    out: list[PlannedRange] = []
-    for offset, count in granted:
-        last = out[-1] if out else None
-        if last is not None and last.end == offset and last.delivery_count == count:
-            out[-1] = PlannedRange(tp[0], tp[1], last.start, offset + 1, count)
-        else:
-            out.append(PlannedRange(tp[0], tp[1], offset, offset + 1, count))
-    return out

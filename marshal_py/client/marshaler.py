@@ -333,6 +333,7 @@ class Marshaler:
         inflight_limit: int = DEFAULT_INFLIGHT_LIMIT,
         start_time: datetime | None = None,
         isolation_level: IsolationLevel | None = None,
+        max_poll_interval: float | None = None,
     ) -> BatchMember:
         """Join the group on ``topics`` as the planner of a micro-batch engine.
 
@@ -342,7 +343,9 @@ class Marshaler:
         is done. The Spark source is built on it. Settings as for :meth:`consumer`;
         ``isolation_level`` decides where planned ranges may end (the last stable offset
         under ``"read_committed"``) and :attr:`BatchMember.isolation_level` tells the
-        workers how to read them.
+        workers how to read them. ``max_poll_interval`` (share mode; seconds, default None:
+        no bound): a batch not completed that long after it was planned gives its records
+        back to the group, with their delivery counts.
         """
         if self._closed:
             raise ConfigurationError("this Marshaler is closed")
@@ -354,12 +357,20 @@ class Marshaler:
                 f"mode must be one of 'alo', 'amo', 'share' for a batch member, not {mode!r}")
         wanted = tuple(dict.fromkeys(topics))
         data = self._data_config(isolation_level)
+        max_batch_ms = (None if max_poll_interval is None
+                        else seconds_to_ms(max_poll_interval, "max_poll_interval"))
+        if max_batch_ms is not None and max_batch_ms < 1:
+            raise ConfigurationError("max_poll_interval must be > 0 seconds (or None)")
+        if max_batch_ms is not None and mode != "share":
+            raise ConfigurationError("max_poll_interval of a batch member applies to share mode "
+                                     "only (README, Spark)")
         member: BatchMember
         if mode == "share":
             share, source = self._share_engine(wanted, offset_reset, lock_duration,
                                                delivery_limit, inflight_limit, 500,
                                                start_time, None, data)
-            member = ShareBatchMember(self._host, share, source, self._share_tick_s(lock_duration))
+            member = ShareBatchMember(self._host, share, source,
+                                      self._share_tick_s(lock_duration), max_batch_ms)
         else:
             engine, source = self._exclusive_engine(wanted, mode, offset_reset, balance,
                                                     max_claims, None, data)

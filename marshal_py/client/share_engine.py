@@ -279,6 +279,23 @@ class ShareEngine(GroupMember[ShareConfig]):
         return (count is not None and expiry is not None and self.clock.now_ms() < expiry
                 and (delivery_count is None or count == delivery_count))
 
+    def forget_unheld(self, topic: str, partition: int) -> int:
+        """Stop holding records of a partition that the log no longer shows as this
+        member's: acknowledged by another writer in its name (the workers of a micro-batch
+        engine write ``gap`` for offsets they found empty), or their locks elapsed. Call with
+        the log caught up; return how many were dropped."""
+        held = self.held.get((topic, partition))
+        if not held:
+            return 0
+        still = {r.offset for r in self.rationalizer.acquired_by(
+            self.me, self.config.group_id, topic, partition, self.clock.now_ms())}
+        gone = [offset for offset in held if offset not in still]
+        expiries = self._lock_expiry[(topic, partition)]
+        for offset in gone:
+            del held[offset]
+            expiries.pop(offset, None)
+        return len(gone)
+
     # -- acknowledging -------------------------------------------------------------------------
 
     def ack(self, topic: str, partition: int, offset: int, kind: str = "accept") -> bool:

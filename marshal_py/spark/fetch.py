@@ -3,6 +3,11 @@
 Runs in executor processes. It holds no state between calls and needs nothing from the
 driver but the task and the connection settings; records come out as Arrow record batches in
 the source's schema (much cheaper than Python tuples).
+
+A task also notes, as ranges, the offsets of its ranges that its consumer passed without a
+record (transaction markers, aborted records under read_committed, compaction, retention):
+:func:`read_task` hands them to ``on_gaps`` once the task has read everything (share mode
+writes them as ``gap`` acknowledgements: :mod:`marshal_py.spark.gaps`).
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -20,7 +25,8 @@ from kafka.errors import KafkaError
 from marshal_py.client.batch_member import PlannedRange
 from marshal_py.errors import BrokerUnavailableError, MarshalError
 from marshal_py.log.kafka import KafkaLogConfig
-from marshal_py.spark.planning import ReadTask
+from marshal_py.protocol.ranges import OffsetRange
+from marshal_py.spark.planning import TP, ReadTask
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +38,15 @@ class DataLossError(MarshalError):
     """Planned records were deleted (retention) before the task read them."""
 
 
+#: Offsets of a task's ranges that hold no record, per partition: ascending, disjoint
+#: ranges (first, last), inclusive.
+Gaps = Mapping[TP, list[OffsetRange]]
+
+
 class _Span:
     """The ranges of one partition in a task: read from the first start to the last end,
-    handing out only offsets inside a range, each with its range's delivery count."""
+    handing out only offsets inside a range, each with its range's delivery count, and
+    noting the offsets inside a range that were passed without a record."""
 
     def __init__(self, ranges: list[PlannedRange]) -> None:
         self.ranges = sorted(ranges, key=lambda r: r.start)
@@ -43,6 +55,29 @@ class _Span:
         self.start = self.ranges[0].start
         self.end = max(r.end for r in self.ranges)
         self._starts = [r.start for r in self.ranges]
+        #: offsets of the ranges passed without a record, as inclusive ranges, ascending
+        self.gaps: list[OffsetRange] = []
+        #: every offset below this was handed out or noted as a gap (or is outside the ranges)
+        self.accounted = self.start
+
+    def passed(self, end: int) -> None:
+        """The consumer is past ``end - 1``: offsets from :attr:`accounted` up to ``end``
+        that came without a record are gaps (those inside a range)."""
+        first, end = self.accounted, min(end, self.end)
+        if end <= first:
+            return
+        self.accounted = end
+        i = max(0, bisect.bisect_right(self._starts, first) - 1)
+        for r in self.ranges[i:]:
+            if r.start >= end:
+                break
+            a, b = max(first, r.start), min(end, r.end)
+            if a >= b:
+                continue
+            if self.gaps and self.gaps[-1][1] == a - 1:
+                self.gaps[-1] = (self.gaps[-1][0], b - 1)
+            else:
+                self.gaps.append((a, b - 1))
 
     def delivery_count(self, offset: int) -> int | None:
         """The delivery count of ``offset``, or None when no range holds it."""
@@ -56,13 +91,16 @@ class _Span:
 
 
 def read_task(task: ReadTask, kafka: KafkaLogConfig, schema: pa.Schema, *,
-              fail_on_data_loss: bool = True, timeout_s: float = 60.0
-              ) -> Iterator[pa.RecordBatch]:
+              fail_on_data_loss: bool = True, timeout_s: float = 60.0,
+              on_gaps: Callable[[Gaps], object] | None = None) -> Iterator[pa.RecordBatch]:
     """Yield the records of a task's ranges as Arrow batches (one consumer for all of them).
 
-    Offsets Kafka never returns (compaction, transaction markers) are simply absent. Records
-    deleted by retention before the task ran: :class:`DataLossError`, or a warning and the
-    rest of the range when ``fail_on_data_loss`` is false. No progress for ``timeout_s``:
+    Offsets Kafka never returns (compaction, transaction markers, aborted records under
+    read_committed) are absent from the batches; once everything is read, ``on_gaps`` gets
+    them as ranges per partition (only partitions that have some; not called when none
+    has). Records deleted by retention before the task ran: :class:`DataLossError`, or a
+    warning, the rest of the range, and the deleted offsets among the gaps when
+    ``fail_on_data_loss`` is false. No progress for ``timeout_s``:
     :class:`BrokerUnavailableError` naming the ranges still unread.
     """
     by_tp: dict[TopicPartition, list[PlannedRange]] = {}
@@ -103,6 +141,9 @@ def read_task(task: ReadTask, kafka: KafkaLogConfig, schema: pa.Schema, *,
         yield from _batches(consumer, spans, positions, schema, timeout_s)
     finally:
         consumer.close()
+    gaps = {(s.topic, s.partition): s.gaps for s in spans.values() if s.gaps}
+    if gaps and on_gaps is not None:
+        on_gaps(gaps)
 
 
 def _batches(consumer: KafkaConsumer, spans: dict[TopicPartition, _Span],
@@ -111,6 +152,8 @@ def _batches(consumer: KafkaConsumer, spans: dict[TopicPartition, _Span],
     columns = _Columns()
     open_ = {tp for tp, span in spans.items() if positions[tp] < span.end}
     done = [tp for tp in spans if tp not in open_]
+    for tp in done:
+        spans[tp].passed(spans[tp].end)  # retention deleted all of it
     if done:
         consumer.pause(*done)
     deadline = time.monotonic() + timeout_s
@@ -126,9 +169,14 @@ def _batches(consumer: KafkaConsumer, spans: dict[TopicPartition, _Span],
             if span is None or tp not in open_:
                 continue
             for record in records:
-                if record.offset >= span.end:
+                offset = record.offset
+                if offset >= span.end:
                     break
-                count = span.delivery_count(record.offset)
+                if offset > span.accounted:
+                    span.passed(offset)
+                if offset == span.accounted:
+                    span.accounted = offset + 1
+                count = span.delivery_count(offset)
                 if count is not None:
                     columns.add(record, count)
         for tp in list(open_):
@@ -136,7 +184,11 @@ def _batches(consumer: KafkaConsumer, spans: dict[TopicPartition, _Span],
                 position = consumer.position(tp)
             except KafkaError as exc:
                 raise BrokerUnavailableError(f"reading records failed: {exc}") from exc
-            if position is not None and position >= spans[tp].end:
+            if position is None:
+                continue
+            # Past every record returned: what it passed without one holds none.
+            spans[tp].passed(position)
+            if position >= spans[tp].end:
                 open_.discard(tp)
                 consumer.pause(tp)
         if len(columns) >= ARROW_BATCH_RECORDS:

@@ -51,6 +51,9 @@ OPTIONS: dict[str, str] = {
     "lock.duration": "share mode: acquisition lock in seconds (1..3600, default 30)",
     "delivery.limit": "share mode: delivery attempts before a record is archived (2..10)",
     "inflight.limit": "share mode: records in flight per partition (1..10000)",
+    "max.poll.interval": "share mode: seconds a micro-batch may run; one still running then "
+                         "gives its records back to the group, with their delivery counts "
+                         "(default: no bound)",
     "maxRecordsPerTrigger": "most records per micro-batch (default: all available)",
     "maxRecordsPerPartition": "split ranges larger than this over several tasks "
                               "(default 100000)",
@@ -85,6 +88,7 @@ class SourceOptions:
     lock_duration_s: float = DEFAULT_LOCK_MS / 1000
     delivery_limit: int = DEFAULT_DELIVERY_LIMIT
     inflight_limit: int = DEFAULT_INFLIGHT_LIMIT
+    max_poll_interval_s: float | None = None
     max_records_per_trigger: int | None = None
     max_records_per_partition: int = 100_000
     min_partitions: int | None = None
@@ -155,6 +159,11 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     balance = (get("balance") or "fair").lower()
     if balance not in ("fair", "greedy"):
         raise ConfigurationError(f"option 'balance' must be fair or greedy, not {balance!r}")
+    max_poll_interval = _bounded(get, "max.poll.interval", None, float, "a number", 1.0, None)
+    if max_poll_interval is not None and mode != "share":
+        raise ConfigurationError(
+            "option 'max.poll.interval' applies to mode share only: in alo and amo a "
+            "micro-batch holds partitions, not records (see README, Spark)")
     start_time = None
     if (text := get("start.datetime")) is not None:
         try:
@@ -183,6 +192,7 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
                                 maximum=10) or DEFAULT_DELIVERY_LIMIT,
         inflight_limit=_integer(get, "inflight.limit", DEFAULT_INFLIGHT_LIMIT, minimum=1,
                                 maximum=10_000) or DEFAULT_INFLIGHT_LIMIT,
+        max_poll_interval_s=max_poll_interval,
         max_records_per_trigger=_integer(get, "maxRecordsPerTrigger", None, minimum=1),
         max_records_per_partition=_integer(get, "maxRecordsPerPartition", 100_000,
                                            minimum=1) or 100_000,

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from marshal_py.client.batch_member import PlannedRange
+from marshal_py.client.batch_member import PlannedRange, ShareHolder
 from marshal_py.errors import MarshalError
 
 OFFSET_VERSION = 1
@@ -100,9 +100,14 @@ class BatchOffset:
 @dataclass(frozen=True, slots=True)
 class ReadTask:
     """What one Spark task reads: one or more ranges (several partitions share a task when
-    they are small: every task costs a Python worker round on an executor)."""
+    they are small: every task costs a Python worker round on an executor).
+
+    ``holder`` (share mode): the member holding the records, in whose name the task writes
+    ``gap`` for offsets of its ranges that hold no record (see :mod:`marshal_py.spark.gaps`).
+    """
 
     ranges: tuple[PlannedRange, ...]
+    holder: ShareHolder | None = None
 
     @property
     def size(self) -> int:

@@ -13,12 +13,17 @@ The life of a micro-batch:
 2. ``partitions(start, end)``: the ranges of ``end`` cut into tasks. A batch planned by an
    earlier process (a restart re-running an interrupted batch) is reconciled with the
    coordination log first.
-3. ``read(task)`` on an executor: exactly that range, with kafka-python.
-4. ``commit(end)``: complete (also done by the next ``latestOffset``, whichever comes first).
+3. ``read(task)`` on an executor: exactly that range, with kafka-python. In share mode the
+   task then writes ``gap`` acknowledgements, in the member's name, for offsets of its ranges
+   that held no record (:mod:`marshal_py.spark.gaps`).
+4. ``commit(end)``: complete (also done by the next ``latestOffset``, whichever comes first);
+   share mode accepts what is still held after reading the tasks' gaps back.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import signal
 import threading
@@ -35,9 +40,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from marshal_py.client.batch_member import BatchMember, PlannedRange
+from marshal_py.client.batch_member import BatchMember, PlannedRange, ShareBatchMember
 from marshal_py.client.marshaler import Marshaler
 from marshal_py.spark.fetch import read_task
+from marshal_py.spark.gaps import write_gaps
 from marshal_py.spark.options import SourceOptions
 from marshal_py.spark.planning import TP, BatchOffset, ReadTask, split_ranges
 
@@ -95,7 +101,8 @@ class MarshalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 o.topics, o.mode, offset_reset=o.offset_reset, balance=o.balance,
                 max_claims=o.max_claims, lock_duration=o.lock_duration_s,
                 delivery_limit=o.delivery_limit, inflight_limit=o.inflight_limit,
-                start_time=o.start_time, isolation_level=o.isolation_level)
+                start_time=o.start_time, isolation_level=o.isolation_level,
+                max_poll_interval=o.max_poll_interval_s)
             member.wait_settled(o.settle_timeout)
         except BaseException:
             marshaler.close()
@@ -155,6 +162,9 @@ class MarshalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ranges = self._rerun(member, BatchOffset.from_json(start), last)
             tasks = split_ranges(ranges, self.options.max_records_per_partition,
                                  self.options.min_partitions)
+            if isinstance(member, ShareBatchMember):
+                holder = member.holder
+                tasks = [dataclasses.replace(t, holder=holder) for t in tasks]
             return [MarshalInputPartition(t) for t in tasks]
 
     def _rerun(self, member: BatchMember, first: BatchOffset, last: BatchOffset
@@ -180,9 +190,11 @@ class MarshalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Executor side: read the task's range (no state, no coordination)."""
         task = partition.task if isinstance(partition, MarshalInputPartition) else partition.value
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        on_gaps = (None if task.holder is None
+                   else functools.partial(write_gaps, task.holder, self.options.log_config))
         return read_task(task, self.options.data_config, arrow_schema,
                          fail_on_data_loss=self.options.fail_on_data_loss,
-                         timeout_s=self.options.fetch_timeout_s)
+                         timeout_s=self.options.fetch_timeout_s, on_gaps=on_gaps)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark has processed everything up to ``end``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -9,9 +10,11 @@ import pytest
 from kafka import KafkaAdminClient, TopicPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from marshal_py.client.batch_member import PlannedRange
+from marshal_py.client.batch_member import PlannedRange, ShareHolder
+from marshal_py.jvm import free_port
 from marshal_py.log.kafka import KafkaLogConfig
 from marshal_py.spark.fetch import DataLossError, read_task
+from marshal_py.spark.gaps import write_gaps
 from marshal_py.spark.planning import ReadTask
 from marshal_py.spark.source import SCHEMA
 from tests.integration.consumer_support import Producer, create_topic
@@ -63,5 +66,18 @@ def test_records_deleted_before_the_task_ran_fail_the_task_or_are_skipped(
     task = ReadTask((PlannedRange(topic, 0, 10, 80),))
     with pytest.raises(DataLossError, match=r"offsets 10\.\.49 were deleted by retention"):
         rows(task, kafka_bootstrap)
-    got = rows(task, kafka_bootstrap, fail_on_data_loss=False)
+    reported: list[object] = []
+    got = rows(task, kafka_bootstrap, fail_on_data_loss=False, on_gaps=reported.append)
     assert [r["offset"] for r in got] == list(range(50, 80))
+    # The deleted offsets hold no record any more: gaps (share mode archives them undelivered).
+    assert reported == [{(topic, 0): [(10, 49)]}]
+
+
+def test_gaps_that_cannot_be_written_are_a_warning_not_a_failed_task(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The driver then accepts those offsets with the batch (they stay held)."""
+    holder = ShareHolder("ab12cd34", "spark-q", "jobs.g", (("jobs", 0),))
+    nowhere = KafkaLogConfig(bootstrap_servers=f"127.0.0.1:{free_port()}", timeout_s=1)
+    with caplog.at_level(logging.WARNING, logger="marshal_py.spark.gaps"):
+        assert write_gaps(holder, nowhere, {("jobs", 0): [(3, 4), (9, 9)]}) is False
+    assert "could not write gap acknowledgements for 3 offsets" in caplog.text

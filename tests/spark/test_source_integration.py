@@ -13,8 +13,10 @@ import json
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +25,17 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from marshal_py import Marshaler
+from marshal_py.protocol.ranges import offsets_in, parse_ranges
 from marshal_py.spark.planning import BatchOffset
 from marshal_py.spark.source import register
-from tests.integration.consumer_support import HI, TP, Cluster, run_marshal, wait_for
+from tests.integration.consumer_support import (
+    HI,
+    TP,
+    Cluster,
+    run_marshal,
+    tail_json,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -48,11 +58,15 @@ def marshal_spark(spark: SparkSession) -> SparkSession:
 
 
 class Query:
-    """One run of a streaming query over the test's topic, sinking batches to files."""
+    """One run of a streaming query over the test's topic, sinking batches to files.
+
+    ``after_read(batch_id, rows)`` runs in the sink once a batch's rows are read, before they
+    are written (a test may hold the batch there)."""
 
     def __init__(self, spark: SparkSession, world: Cluster, workdir: Path, run: int, *,
                  mode: str = "alo", fail_at: int | None = None, available_now: bool = True,
-                 options: dict[str, str] | None = None) -> None:
+                 options: dict[str, str] | None = None,
+                 after_read: Callable[[int, list[Row]], None] | None = None) -> None:
         self.out = workdir / "out"
         self.out.mkdir(exist_ok=True)
         self.checkpoint = workdir / "checkpoint"
@@ -74,6 +88,8 @@ class Query:
                 raise RuntimeError(f"injected failure in batch {batch_id}")
             rows = [[r.partition, r.offset, r.delivery_count]
                     for r in batch.select("partition", "offset", "delivery_count").collect()]
+            if after_read is not None:
+                after_read(batch_id, [(p, o, c) for p, o, c in rows])
             (out / f"run{run}-batch{batch_id:05d}.json").write_text(json.dumps(rows))
 
         writer = (reader.load().writeStream.foreachBatch(sink)
@@ -303,3 +319,64 @@ def test_share_available_now_reads_past_the_in_flight_limit(
     assert max(seen.values()) == 1
     assert len(batches_run) >= 5
     assert max(len(rows) for rows in batches_run.values()) <= 400
+
+
+def share_acks(bootstrap: str, ctopic: str) -> list[tuple[str, str, list[TP]]]:
+    """(client id, kind, (partition, offset) pairs) of every share acknowledgement in the
+    log, in log order."""
+    out = []
+    for row in tail_json(bootstrap, ctopic, HI):
+        fields = str(row.get("record", "")).split("/")
+        if fields[0] == "AcknowledgingRecords":
+            partition = int(fields[7])
+            out.append((fields[4], fields[-1],
+                        [(partition, o) for o in offsets_in(parse_ranges(fields[-2]))]))
+    return out
+
+
+def test_share_batch_stalled_past_max_poll_interval_gives_its_records_back(
+        marshal_spark: SparkSession, world: Cluster, tmp_path: Path) -> None:
+    """A batch whose sink hangs: after max.poll.interval its records are released (the lock,
+    30 s, has not elapsed) and another member gets them with delivery count 2; when the batch
+    ends after all, its acceptance does not count."""
+    produced = world.producer.send(200)
+    stalled: list[Row] = []
+    held, resume = threading.Event(), threading.Event()
+
+    def hold_first_batch(batch_id: int, rows: list[Row]) -> None:
+        if batch_id == 0:
+            stalled.extend(rows)
+            held.set()
+            assert resume.wait(120), "the test never let the stalled batch go on"
+
+    query = Query(marshal_spark, world, tmp_path, 1, mode="share", after_read=hold_first_batch,
+                  options={"max.poll.interval": "2", "lock.duration": "30"})
+    try:
+        assert held.wait(120), "the first batch never reached the sink"
+        got: list[Any] = []
+        with Marshaler(world.bootstrap, world.group, client_id="python-member",
+                       heartbeat_interval=HI, coordination_topic=world.ctopic) as m:
+            consumer = m.consumer([world.topic], "share", offset_reset="earliest")
+            deadline = time.monotonic() + 90
+            while len(got) < len(produced):
+                assert time.monotonic() < deadline, f"{len(got)} of {len(produced)} came back"
+                got += consumer.poll(timeout_s=0.5)
+            consumer.close()
+        assert sorted(offsets_of(stalled)) == sorted(produced)  # the batch had them all
+        assert {c for _, _, c in stalled} == {1}
+    finally:
+        resume.set()
+    query.wait()
+    assert sorted((r.partition, r.offset) for r in got) == sorted(produced)
+    assert {r.delivery_count for r in got} == {2}
+    acks = share_acks(world.bootstrap, world.ctopic)
+    by_query = {kind for client, kind, _ in acks if client == "spark-query"}
+    assert by_query == {"release"}, "the stalled batch's late completion accepted records"
+    released = [tp for client, _, pairs in acks if client == "spark-query" for tp in pairs]
+    assert sorted(released) == sorted(produced)
+    result = run_marshal("state", "--shares", "--json", "--bootstrap-servers", world.bootstrap,
+                         "--coordination-topic", world.ctopic, "--group", world.group,
+                         "--heartbeat-interval", str(HI))
+    assert result.returncode == 0, result.stderr
+    spso = {row["partition"]: row["spso"] for row in json.loads(result.stdout)}
+    assert spso == world.producer.ends()

@@ -8,8 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marshal_py.client.batch_member import PlannedRange, share_budget
+from marshal_py.client.batch_member import PlannedRange, ShareHolder, share_budget
 from marshal_py.errors import ConfigurationError
+from marshal_py.protocol import encode
+from marshal_py.spark.fetch import _Span
+from marshal_py.spark.gaps import gap_messages
 from marshal_py.spark.options import OPTIONS, parse_options
 from marshal_py.spark.planning import BatchOffset, OffsetFormatError, ReadTask, split_ranges
 
@@ -40,6 +43,8 @@ def test_options_defaults_and_parsing() -> None:
     ({**BASE, "start.datetime": "2026-11-22T08:00:00"}, "needs a time zone"),
     ({**BASE, "grup": "x"}, "unknown option 'grup'"),
     ({**BASE, "kafka.no_such_setting": "1"}, "unknown kafka-python setting"),
+    ({**BASE, "mode": "share", "max.poll.interval": "0.5"}, "'max.poll.interval' must be >= 1"),
+    ({**BASE, "max.poll.interval": "60"}, "'max.poll.interval' applies to mode share only"),
 ])
 def test_bad_options_are_refused_with_the_option_named(raw: dict[str, str],
                                                        message: str) -> None:
@@ -133,3 +138,28 @@ def test_share_budget_is_fair_and_never_over(available: dict[tuple[str, int], in
     for tp, n in available.items():
         if out[tp] < max(0, n):
             assert all(out[tp] >= out[other] - 1 for other in out)
+
+
+def test_max_poll_interval_is_share_mode_seconds_and_off_by_default() -> None:
+    assert parse_options({**BASE, "mode": "share"}).max_poll_interval_s is None
+    assert parse_options({**BASE, "mode": "share", "max.poll.interval": "90"}
+                         ).max_poll_interval_s == 90.0
+
+
+def test_a_span_notes_as_gaps_only_offsets_inside_its_ranges() -> None:
+    span = _Span([PlannedRange("t", 0, 20, 30, 2), PlannedRange("t", 0, 0, 10)])
+    span.passed(2)  # the consumer is at 2: 0 and 1 came without a record
+    span.passed(4)  # then a record at 4 (as the task sees it: passed up to it, then past it)
+    span.accounted = 5
+    span.passed(25)  # 5..24: 5..9 and 20..24 are inside the ranges, 10..19 are not
+    span.passed(40)  # clipped at the span's end
+    assert span.gaps == [(0, 3), (5, 9), (20, 29)]
+    assert span.accounted == 30
+
+
+def test_gap_acknowledgements_are_written_in_the_holders_name() -> None:
+    holder = ShareHolder("ab12cd34", "spark-q", "jobs.g", (("jobs", 3), ("other", 0)))
+    written = gap_messages(holder, {("jobs", 0): [(110, 111), (115, 115)], ("jobs", 1): []},
+                           1700000000)
+    assert [(p, encode(m)) for p, m in written] == [
+        (3, b"AcknowledgingRecords/2/1700000000/ab12cd34/spark-q/jobs.g/jobs/0/110-111,115/gap")]
