@@ -294,6 +294,7 @@ class ShareEngine(GroupMember[ShareConfig]):
         for offset in gone:
             del held[offset]
             expiries.pop(offset, None)
+            self.duties[(topic, partition)].pop(offset, None)
         return len(gone)
 
     # -- acknowledging -------------------------------------------------------------------------
