@@ -105,7 +105,7 @@ class MemberEngine(HoldingMember):
         self._confirm_windows()
         if not caught_up or self.suspended:
             return
-        self._require_keys_if_signed()
+        self._check_authentication()
         self._announce_if_due(self.clock.now_ms())
         for topic in self.config.topics:
             self._balance(topic)

@@ -178,22 +178,48 @@ class GroupMember(Generic[ConfigT]):
         """Replay the log and announce this member on every topic."""
         self._note_partition_counts()
         self.channel.open(self.config.replay_window_ms)
-        self._require_keys_if_signed()
+        self._check_authentication()
         joined = [self._append(self._member_heartbeat(t, active=True)) for t in self.config.topics]
         self._joined_ms = min(joined)
         self._next_member_heartbeat_ms = self.clock.now_ms() + self._jittered()
 
-    def _require_keys_if_signed(self) -> None:
-        """Stop (ConfigurationError) if the log shows the group is authenticated and this
-        member has no key: it would accept records the others reject, and both sides could
-        believe they own the same work."""
+    def _check_authentication(self) -> None:
+        """Stop (ConfigurationError) when this member cannot safely take part in its group:
+        the log shows the group is authenticated (its records are signed) and this member has
+        no key -- it would accept records the others reject, and both sides could believe
+        they own the same work -- or members of an older marshal_py, which sign without
+        sequence numbers and cannot read what this version writes, are in the group."""
         group = self.config.group_id
-        if (group in self.rationalizer.signed_groups
-                and group not in self.rationalizer.config.group_keys):
+        r = self.rationalizer
+        if group not in r.config.group_keys:
+            if group in r.signed_groups:
+                raise ConfigurationError(
+                    f"group {group!r} is authenticated (its coordination records are signed) "
+                    "but this member has no key; pass the group's keys "
+                    "(Marshaler(auth_keys=...), marshal ... --auth-keys FILE)")
+            return
+        upgrade = ("the versions cannot share an authenticated group: stop every member of "
+                   "the group, upgrade them all, then start them (PROTOCOL.md, "
+                   "authenticated groups)")
+        if self._joined_ms is None:
+            now = self.clock.now_ms()
+            for topic in self.config.topics:
+                older = [] if r.sequenced(group, topic) else r.members(group, topic, now)
+                if older:
+                    names = ", ".join(f"{m.client_id} (instance {m.instance_id})"
+                                      for m in older)
+                    raise ConfigurationError(
+                        f"group {group!r} has live members that sign without sequence numbers "
+                        f"(an older marshal_py) on {topic}: {names}; {upgrade} (a member that "
+                        "crashed counts as live for 2 heartbeat intervals after its last "
+                        "record)")
+            return
+        older_ms = r.unsequenced_ms.get(group)
+        if older_ms is not None and older_ms > self._joined_ms:
             raise ConfigurationError(
-                f"group {group!r} is authenticated (its coordination records are signed) but "
-                "this member has no key; pass the group's keys (Marshaler(auth_keys=...), "
-                "marshal ... --auth-keys FILE)")
+                f"a member of group {group!r} that signs without sequence numbers (an older "
+                f"marshal_py) wrote to the coordination log after this member joined; "
+                f"{upgrade}")
 
     def resume(self) -> None:
         """Join again after ``suspend()``: announce at the next step, then claim."""

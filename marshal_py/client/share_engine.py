@@ -148,7 +148,7 @@ class ShareEngine(GroupMember[ShareConfig]):
         if self.suspended:
             return
         now = self.clock.now_ms()
-        self._require_keys_if_signed()
+        self._check_authentication()
         self._announce_if_due(now, strict=True)
         for topic in self.config.topics:
             count = self.source.partition_count(topic) or 0

@@ -3,8 +3,9 @@
 A :class:`~marshal_py.protocol.messages.Checkpoint` record carries this text. Restoring it
 gives a rationalizer exactly the state a reader that replayed every earlier record has, so a
 replay may begin at the checkpoint instead of at the start of the group's history. The
-layout (version 1) is documented in PROTOCOL.md; owners are written once in a table and
-referred to by index.
+layout (version 2; version 1, without the replay guard of authenticated groups, is still
+read) is documented in PROTOCOL.md; owners are written once in a table and referred to by
+index.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from typing import Any
 from marshal_py.protocol.messages import KEY_SLOTS
 from marshal_py.world.key_shared import KeySharedPartition
 from marshal_py.world.lifecycle import GroupLife
+from marshal_py.world.sequences import PairSequences
 from marshal_py.world.share import InFlightRecord, RecordState, SharePartition
 from marshal_py.world.state import Owner
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
+#: Versions :func:`decode_state` reads (1: written before the replay guard existed).
+READABLE_VERSIONS = (1, 2)
 _STATES = {s: i for i, s in enumerate(RecordState)}
 _STATE_OF = dict(enumerate(RecordState))
 
@@ -49,6 +53,7 @@ class PairState:
     claims: dict[int, ClaimState] = field(default_factory=dict)
     shares: dict[int, SharePartition] = field(default_factory=dict)
     key_shared: dict[int, KeySharedPartition] = field(default_factory=dict)
+    sequences: PairSequences = field(default_factory=PairSequences)
 
 
 class _Owners:
@@ -93,6 +98,11 @@ def encode_state(state: PairState) -> str:
              [[owners.ref(o), ts] for o, ts in sorted(k.last_seen.items())]]
             for p, k in sorted(state.key_shared.items())
         ],
+        "auth": [
+            int(state.sequences.sequenced),
+            [[owners.ref(sender), seq, ts]
+             for sender, (seq, ts) in sorted(state.sequences.last.items())],
+        ],
     }
     doc["owners"] = owners.table
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
@@ -107,7 +117,8 @@ def decode_state(text: str) -> PairState:
     """Parse checkpoint text; raises :class:`CheckpointError` on anything unexpected."""
     try:
         doc = json.loads(text)
-        if not isinstance(doc, dict) or doc.get("v") != CHECKPOINT_VERSION:
+        if not isinstance(doc, dict) or type(doc.get("v")) is not int \
+                or doc["v"] not in READABLE_VERSIONS:
             raise CheckpointError(f"unknown checkpoint version {doc.get('v')!r}"
                                   if isinstance(doc, dict) else "checkpoint is not an object")
         table = [Owner(str(i), str(c)) for i, c in doc["owners"]]
@@ -144,6 +155,11 @@ def decode_state(text: str) -> PairState:
             partition.restore(owners_of, committed_of,
                               {table[_int(ref)]: _int(ts) for ref, ts in seen})
             state.key_shared[_int(p)] = partition
+        if doc["v"] >= 2:
+            sequenced, last = doc["auth"]
+            state.sequences.sequenced = _int(sequenced) == 1
+            for ref, seq, ts in last:
+                state.sequences.last[table[_int(ref)]] = (_int(seq), _int(ts))
         return state
     except CheckpointError:
         raise

@@ -45,6 +45,7 @@ from marshal_py.world.lifecycle import (
     GroupLifecycle,
 )
 from marshal_py.world.records import CoordinationRecord
+from marshal_py.world.sequences import PairSequences, sequence_refusal
 from marshal_py.world.share import InFlightRecord, RecordState, SharePartition, ShareResult
 from marshal_py.world.state import Owner, PartitionClaim, PartitionKey
 
@@ -163,9 +164,10 @@ class RationalizerConfig:
     the heartbeat interval (HI); ``group_heartbeat_intervals`` overrides it per group.
     ``offsets_retention_ms``: how long an Empty group's offsets outlive it (KIP-211).
     ``group_keys``: the authenticated groups and their keys (two while a key rotates): every
-    record about such a group must be signed with one of them, and its own time
-    (``sent_at``) be within ``auth_max_skew_ms`` of the broker's append time; other records
-    about it are rejected (PROTOCOL.md, authenticated groups).
+    record about such a group must be signed with one of them, its own time (``sent_at``)
+    be within ``auth_max_skew_ms`` of the broker's append time, and its writer's sequence
+    number be above the last one accepted from the same sender; other records about it are
+    rejected (PROTOCOL.md, authenticated groups).
     """
 
     coordination_partitions: int
@@ -223,6 +225,11 @@ class Rationalizer:
         #: Groups seen in a signed record, verified or not: a member without the group's
         #: keys must not take part (it would accept what the others reject).
         self.signed_groups: set[str] = set()
+        #: The replay guard of each authenticated (group, topic) pair.
+        self._sequences: dict[tuple[str, str], PairSequences] = {}
+        #: Authenticated group -> broker time of the newest authentic record signed without a
+        #: sequence number (an older marshal_py, or a replay) refused in a sequenced pair.
+        self.unsequenced_ms: dict[str, int] = {}
         #: (group, topic) pairs whose offsets expired (Empty for longer than the retention).
         self.expired_groups = 0
         self._expired_now = False
@@ -286,6 +293,11 @@ class Rationalizer:
                 and record.position < restored[1]):
             return Outcome(record, Verdict.BEFORE_CHECKPOINT, message)
         ts = record.timestamp_ms
+        if signature is not None and message.group_id in self.config.group_keys:
+            why = self._replay_refusal(pair, message, signature, ts)
+            if why is not None:
+                self.rejected[message.group_id] += 1
+                return Outcome(record, Verdict.REJECTED, message, why)
         life = self._life_at(pair, ts)
         sender = Owner(message.instance_id, message.client_id)
         if isinstance(message, MemberHeartbeat):
@@ -322,6 +334,19 @@ class Rationalizer:
                     life.replaced(other)
             life.seen(sender, ts, hi)
         return Outcome(record, verdict, message)
+
+    def _replay_refusal(self, pair: tuple[str, str], message: Message, signature: Signature,
+                        ts: int) -> str | None:
+        """The replay guard (after the signature and skew checks of :meth:`refusal`)."""
+        sequences = self._sequences.get(pair)
+        if sequences is None:
+            sequences = self._sequences[pair] = PairSequences()
+        why = sequence_refusal(sequences, Owner(message.instance_id, message.client_id),
+                               signature.seq, ts, self.config.auth_max_skew_ms)
+        if why is not None and signature.seq is None:
+            group = message.group_id
+            self.unsequenced_ms[group] = max(ts, self.unsequenced_ms.get(group, ts))
+        return why
 
     def _reset_offsets(self, key: PartitionKey, offset: int, ts: int,
                        life: GroupLife) -> tuple[Verdict, str]:
@@ -509,6 +534,7 @@ class Rationalizer:
                     if k.group == group and k.topic == topic},
             key_shared={k.partition: v for k, v in self._key_shared.items()
                         if k.group == group and k.topic == topic},
+            sequences=self._sequences.get((group, topic)) or PairSequences(),
         ))
 
     def restore(self, partition: int, checkpoint: Checkpoint) -> None:
@@ -531,6 +557,9 @@ class Rationalizer:
             self._shares[PartitionKey(group, topic, p)] = share
         for p, keys in state.key_shared.items():
             self._key_shared[PartitionKey(group, topic, p)] = keys
+        self._sequences.pop((group, topic), None)
+        if not state.sequences.is_empty():
+            self._sequences[(group, topic)] = state.sequences
         self._restored_at[(group, topic)] = (partition, checkpoint.position)
 
     def skip_to(self, coordination_partition: int, position: int) -> None:
@@ -668,6 +697,12 @@ class Rationalizer:
             return (f"signed {skew // 1000} s away from its broker time (more than "
                     f"{self.config.auth_max_skew_ms // 1000} s): a replayed record")
         return None
+
+    def sequenced(self, group: str, topic: str) -> bool:
+        """True once the authenticated pair accepted a record with a sequence number (its
+        members run a marshal_py that signs with them; see :class:`PairSequences`)."""
+        sequences = self._sequences.get((group, topic))
+        return sequences is not None and sequences.sequenced
 
     def rejected_count(self, group: str | None = None) -> int:
         """Records about authenticated groups that were rejected (of ``group``, or all)."""

@@ -7,8 +7,16 @@ import random
 import pytest
 
 from marshal_py.client.engine import EngineConfig, MemberEngine
-from marshal_py.errors import BrokerUnavailableError, ClientIdInUseError
+from marshal_py.errors import BrokerUnavailableError, ClientIdInUseError, ConfigurationError
 from marshal_py.log import MemoryLog, VirtualClock, catch_up
+from marshal_py.protocol import (
+    ClaimingPartition,
+    GroupKey,
+    MemberHeartbeat,
+    coordination_partition,
+    encode,
+    sign_v2,
+)
 from marshal_py.world import Rationalizer, RationalizerConfig, Verdict
 from tests.simulation.harness import MemoryTopic, SimClock
 
@@ -33,12 +41,14 @@ class World:
         self.topic = MemoryTopic("orders", partitions)
         self.rng = random.Random(1)
 
-    def member(self, client: str, instance: str | None = None, **options: object) -> MemberEngine:
+    def member(self, client: str, instance: str | None = None,
+               keys: tuple[GroupKey, ...] = (), **options: object) -> MemberEngine:
         config = EngineConfig(group_id="g", client_id=client,
                               instance_id=instance or f"{self.rng.getrandbits(32):08x}",
                               topics=("orders",), heartbeat_interval_ms=HI, **options)  # type: ignore[arg-type]
-        engine = MemberEngine(config, self.log, Rationalizer(RationalizerConfig(2, HI)),
-                              self.topic, SimClock(self.clock), random.Random(self.rng.random()))
+        r = Rationalizer(RationalizerConfig(2, HI, group_keys={"g": keys} if keys else {}))
+        engine = MemberEngine(config, self.log, r, self.topic, SimClock(self.clock),
+                              random.Random(self.rng.random()))
         engine.start()
         return engine
 
@@ -168,6 +178,41 @@ def test_two_live_processes_with_one_client_id_is_an_error() -> None:
     second = w.member("a")
     with pytest.raises(ClientIdInUseError, match="client id 'a'"):
         w.run([first, second], 2 * HI)
+
+
+KEY = GroupKey("k1", b"a-group-secret-of-32-bytes-00001")
+
+
+def _older_member_writes(w: World, client: str) -> None:
+    """A member of an older marshal_py (Signed/2 records, no sequence numbers) joins "g"."""
+    cp = coordination_partition("orders", 2)
+    now = w.clock() // 1000
+    for message in (MemberHeartbeat(now, "0ld00001", client, "g", "orders", 1, -1),
+                    ClaimingPartition(now, "0ld00001", client, "g", "orders", 0)):
+        w.log.append(cp, sign_v2(encode(message), KEY))
+
+
+def test_a_member_refuses_to_join_an_authenticated_group_run_by_an_older_version() -> None:
+    w = World(partitions=2)
+    _older_member_writes(w, "old")
+    with pytest.raises(ConfigurationError, match=r"live members that sign without sequence "
+                       r"numbers \(an older marshal_py\) on orders: old \(instance 0ld00001\)"
+                       r"; .*stop every member of the group, upgrade them all"):
+        w.member("new", keys=(KEY,))
+    w.clock.advance(2 * HI + 1)  # the old member stopped (stale): the upgraded one starts
+    upgraded = w.member("new", keys=(KEY,))
+    w.run([upgraded], 3 * HI)
+    assert held(upgraded) == [0, 1]
+
+
+def test_a_member_stops_when_an_older_version_writes_to_its_group() -> None:
+    w = World(partitions=2)
+    upgraded = w.member("new", keys=(KEY,))
+    w.run([upgraded], HI)
+    _older_member_writes(w, "old")
+    with pytest.raises(ConfigurationError, match=r"signs without sequence numbers \(an older "
+                       r"marshal_py\) wrote to the coordination log after this member joined"):
+        w.run([upgraded], 200)
 
 
 def test_amo_starts_after_the_highest_confirmed_offset() -> None:
