@@ -178,10 +178,46 @@ class GroupMember(Generic[ConfigT]):
         """Replay the log and announce this member on every topic."""
         self._note_partition_counts()
         self.channel.open(self.config.replay_window_ms)
-        self._check_authentication()
+        self._check_group()
         joined = [self._append(self._member_heartbeat(t, active=True)) for t in self.config.topics]
         self._joined_ms = min(joined)
         self._next_member_heartbeat_ms = self.clock.now_ms() + self._jittered()
+
+    def _check_group(self) -> None:
+        """Stop (ConfigurationError) when this member cannot safely take part in its group
+        (see :meth:`_check_authentication` and :meth:`_check_heartbeat_interval`). Called
+        with the log caught up: as the member joins (before it writes anything), and on
+        every step."""
+        self._check_authentication()
+        self._check_heartbeat_interval()
+
+    def _check_heartbeat_interval(self) -> None:
+        """Stop when the group runs with another heartbeat interval than this member's.
+
+        The group's interval is the one its longest-running live member announced
+        (:meth:`Rationalizer.group_interval`). Joining, this member compares with the live
+        members of other client ids; later, it stops when the group's interval is another
+        member's and differs (two members that joined at the same moment: the later one
+        stops). Adopting the group's interval silently would ignore an explicit setting;
+        running with both would let each judge the other's claims by its own clock."""
+        group = self.config.group_id
+        now = self.clock.now_ms()
+        joining = self._joined_ms is None
+        for topic in self.config.topics:
+            found = self.rationalizer.group_interval(
+                group, topic, now, excluding_client=self.me.client_id if joining else None)
+            if found is None:
+                continue
+            first, interval = found
+            if first.client_id == self.me.client_id or interval == self.hi:
+                continue
+            raise ConfigurationError(
+                f"group {group!r} runs with a heartbeat interval of {interval / 1000:g} s "
+                f"(announced on {topic} by {first.client_id}, instance {first.instance_id}), "
+                f"and this member's is {self.hi / 1000:g} s: give every member of a group the "
+                f"same heartbeat interval (heartbeat_interval={interval / 1000:g}, marshal "
+                f"consume --heartbeat-interval {interval / 1000:g}); to change it, stop every "
+                "member of the group first")
 
     def _check_authentication(self) -> None:
         """Stop (ConfigurationError) when this member cannot safely take part in its group:
@@ -274,7 +310,7 @@ class GroupMember(Generic[ConfigT]):
     def _member_heartbeat(self, topic: str, *, active: bool) -> Message:
         return MemberHeartbeat(self.clock.now_ms() // 1000, self.me.instance_id,
                                self.me.client_id, self.config.group_id, topic, int(active),
-                               self._announced_capacity())
+                               self._announced_capacity(), self.hi)
 
     def _catch_up(self) -> None:
         """Read the log to its end (see :meth:`_stopping_if_log_lost`)."""

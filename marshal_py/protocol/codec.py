@@ -95,9 +95,13 @@ def unescape_field(value: str) -> str:
     return _ESCAPE.sub(replace, value)
 
 
-def _field_kinds(message_type: type[Message]) -> tuple[tuple[str, bool], ...]:
-    """(name, is_int) for each wire field of a registered type, in order."""
-    return _FIELD_KINDS[message_type]
+def _field_kinds(message_type: type[Message],
+                 version: int | None = None) -> tuple[tuple[str, bool], ...]:
+    """(name, is_int) for each wire field of a registered type, in order (of ``version``
+    when the type's versions carry different fields)."""
+    kinds = _FIELD_KINDS[message_type]
+    count = message_type.FIELD_COUNTS.get(version) if version is not None else None
+    return kinds if count is None else kinds[:count]
 
 
 def _format_field(value: object) -> str:
@@ -106,8 +110,17 @@ def _format_field(value: object) -> str:
 
 def wire_version(message: Message) -> int:
     """The version :func:`encode` writes for this message."""
-    if min(type(message).VERSIONS) >= ESCAPED_VERSION:
-        return min(type(message).VERSIONS)
+    message_type = type(message)
+    if message_type.FIELD_COUNTS:
+        # The lowest version that carries every field holding more than its default.
+        defaults = {f.name: f.default for f in dataclasses.fields(message_type)}
+        for version in sorted(message_type.VERSIONS):
+            omitted = _FIELD_KINDS[message_type][len(_field_kinds(message_type, version)):]
+            if all(getattr(message, name) == defaults[name] for name, _ in omitted):
+                return version
+        return max(message_type.VERSIONS)
+    if min(message_type.VERSIONS) >= ESCAPED_VERSION:
+        return min(message_type.VERSIONS)
     needs_escaping = any(
         isinstance(getattr(message, name), str) and SEPARATOR in getattr(message, name)
         for name, _ in _field_kinds(type(message))
@@ -128,7 +141,8 @@ def encode(message: Message) -> bytes:
         if problem is not None:
             raise ValueError(f"{message_type.TYPE}: {problem}")
     version = wire_version(message)
-    fields = [_format_field(getattr(message, name)) for name, _ in _field_kinds(message_type)]
+    fields = [_format_field(getattr(message, name))
+              for name, _ in _field_kinds(message_type, version)]
     if version >= ESCAPED_VERSION:
         fields = [escape_field(f) for f in fields]
     return SEPARATOR.join([message_type.TYPE, str(version), *fields]).encode("utf-8")
@@ -181,7 +195,7 @@ def _decode_message(data: bytes) -> Message:
         raise DecodeError(
             DecodeErrorKind.UNKNOWN_VERSION, f"{type_name} version {version} is not supported"
         )
-    kinds = _field_kinds(message_type)
+    kinds = _field_kinds(message_type, version)
     raw_fields = parts[2:]
     if len(raw_fields) != len(kinds):
         raise DecodeError(

@@ -43,6 +43,9 @@ class ClaimState:
     last_release_ms: int | None = None
     released_by: Owner | None = None
     amo_claimed_offset: int | None = None
+    #: The heartbeat interval the owner announced, by which the claim is judged (None: the
+    #: owner announced none, so each reader's configured interval judges it).
+    heartbeat_interval_ms: int | None = None
 
 
 @dataclass(slots=True)
@@ -78,13 +81,15 @@ def encode_state(state: PairState) -> str:
     doc: dict[str, Any] = {
         "v": CHECKPOINT_VERSION,
         "life": [
-            [[owners.ref(m), ts, life.capacities.get(m, -1)]
+            [[owners.ref(m), ts, life.capacities.get(m, -1), life.intervals.get(m, 0),
+              life.joined.get(m, ts)]
              for m, ts in sorted(life.members.items())],
             life.gone_at_ms, life.last_checkpoint_ms, life.stable_since_ms,
         ],
         "claims": [
             [p, owners.ref(c.owner), c.claimed_at_ms, c.last_heartbeat_ms, c.committed_offset,
-             c.last_release_ms, owners.ref(c.released_by), c.amo_claimed_offset]
+             c.last_release_ms, owners.ref(c.released_by), c.amo_claimed_offset,
+             c.heartbeat_interval_ms]
             for p, c in sorted(state.claims.items())
         ],
         "shares": [
@@ -95,7 +100,8 @@ def encode_state(state: PairState) -> str:
         ],
         "keys": [
             [p, _slot_runs(k, owners),
-             [[owners.ref(o), ts] for o, ts in sorted(k.last_seen.items())]]
+             [[owners.ref(o), ts, k.intervals.get(o, 0)]
+              for o, ts in sorted(k.last_seen.items())]]
             for p, k in sorted(state.key_shared.items())
         ],
         "auth": [
@@ -129,16 +135,25 @@ def decode_state(text: str) -> PairState:
         members, gone_at, last_checkpoint, stable_since = doc["life"]
         life = GroupLife(gone_at_ms=_opt(gone_at), last_checkpoint_ms=_opt(last_checkpoint),
                          stable_since_ms=_opt(stable_since))
-        for ref, ts, capacity in members:
+        for entry in members:  # version 1 and 2: [member, last seen, capacity]
+            ref, ts, capacity, *rest = _fields(entry, 3, 5)
             member = table[_int(ref)]
             life.members[member] = _int(ts)
             if _int(capacity) >= 0:
                 life.capacities[member] = _int(capacity)
+            if rest:
+                if _int(rest[0]) > 0:
+                    life.intervals[member] = _int(rest[0])
+                life.joined[member] = _int(rest[1])
+            else:
+                life.joined[member] = _int(ts)
         state = PairState(life=life)
-        for p, own, claimed, beat, committed, released, by, amo in doc["claims"]:
+        for entry in doc["claims"]:  # version 1 and 2: without the interval
+            p, own, claimed, beat, committed, released, by, amo, *interval = \
+                _fields(entry, 8, 9)
             state.claims[_int(p)] = ClaimState(owner(own), _opt(claimed), _opt(beat),
                                                _opt(committed), _opt(released), owner(by),
-                                               _opt(amo))
+                                               _opt(amo), _opt(interval[0]) if interval else None)
         for p, spso, speo, limit, inflight, records in doc["shares"]:
             stored = [InFlightRecord(_int(o), _STATE_OF[_int(st)], _int(n), owner(h), _opt(x))
                       for o, st, n, h, x in records]
@@ -152,8 +167,14 @@ def decode_state(text: str) -> PairState:
                     owners_of[slot] = owner(own)
                     committed_of[slot] = _opt(committed)
             partition = KeySharedPartition()
-            partition.restore(owners_of, committed_of,
-                              {table[_int(ref)]: _int(ts) for ref, ts in seen})
+            last_seen: dict[Owner, int] = {}
+            intervals: dict[Owner, int] = {}
+            for entry in seen:  # version 1 and 2: [owner, last seen]
+                ref, ts, *interval = _fields(entry, 2, 3)
+                last_seen[table[_int(ref)]] = _int(ts)
+                if interval and _int(interval[0]) > 0:
+                    intervals[table[_int(ref)]] = _int(interval[0])
+            partition.restore(owners_of, committed_of, last_seen, intervals)
             state.key_shared[_int(p)] = partition
         if doc["v"] >= 2:
             sequenced, last = doc["auth"]
@@ -165,6 +186,14 @@ def decode_state(text: str) -> PairState:
         raise
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         raise CheckpointError(f"malformed checkpoint state: {exc}") from exc
+
+
+def _fields(entry: Any, shortest: int, longest: int) -> list[Any]:
+    """A list of ``shortest`` to ``longest`` values (older versions wrote fewer)."""
+    if not isinstance(entry, list) or not shortest <= len(entry) <= longest:
+        raise CheckpointError(f"expected a list of {shortest} to {longest} values, got "
+                              f"{str(entry)[:40]}")
+    return entry
 
 
 def _int(value: Any) -> int:

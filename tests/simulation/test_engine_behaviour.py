@@ -42,14 +42,16 @@ class World:
         self.rng = random.Random(1)
 
     def member(self, client: str, instance: str | None = None,
-               keys: tuple[GroupKey, ...] = (), **options: object) -> MemberEngine:
+               keys: tuple[GroupKey, ...] = (), hi: int = HI, start: bool = True,
+               **options: object) -> MemberEngine:
         config = EngineConfig(group_id="g", client_id=client,
                               instance_id=instance or f"{self.rng.getrandbits(32):08x}",
-                              topics=("orders",), heartbeat_interval_ms=HI, **options)  # type: ignore[arg-type]
-        r = Rationalizer(RationalizerConfig(2, HI, group_keys={"g": keys} if keys else {}))
+                              topics=("orders",), heartbeat_interval_ms=hi, **options)  # type: ignore[arg-type]
+        r = Rationalizer(RationalizerConfig(2, hi, group_keys={"g": keys} if keys else {}))
         engine = MemberEngine(config, self.log, r, self.topic, SimClock(self.clock),
                               random.Random(self.rng.random()))
-        engine.start()
+        if start:
+            engine.start()
         return engine
 
     def run(self, engines: list[MemberEngine], ms: int, step: int = 100) -> None:
@@ -213,6 +215,45 @@ def test_a_member_stops_when_an_older_version_writes_to_its_group() -> None:
     with pytest.raises(ConfigurationError, match=r"signs without sequence numbers \(an older "
                        r"marshal_py\) wrote to the coordination log after this member joined"):
         w.run([upgraded], 200)
+
+
+def test_a_member_with_another_heartbeat_interval_refuses_to_join() -> None:
+    w = World(partitions=4)
+    first = w.member("a", hi=10 * HI)
+    w.run([first], HI)
+    with pytest.raises(ConfigurationError, match=r"group 'g' runs with a heartbeat interval of "
+                       r"10 s \(announced on orders by a, instance \w+\), and this member's "
+                       r"is 1 s: give every member of a group the same heartbeat interval "
+                       r"\(heartbeat_interval=10, marshal consume --heartbeat-interval 10\)"):
+        w.member("b", hi=HI)
+    assert w.owners() == {p: "a" for p in range(4)}  # b wrote nothing: a keeps its share
+    same = w.member("c", hi=10 * HI)  # the group's own interval: welcome
+    w.run([first, same], 30 * HI)
+    assert sorted(held(first) + held(same)) == [0, 1, 2, 3] and held(same)
+
+
+def test_of_two_members_that_joined_at_once_with_different_intervals_the_later_stops() -> None:
+    w = World(partitions=4)
+    first = w.member("a", hi=10 * HI)
+    second = w.member("b", hi=HI, start=False)
+    # b joins at the same moment: it cannot have read a's announcement yet.
+    second._check_heartbeat_interval = lambda: None  # type: ignore[method-assign]
+    second.start()
+    del second._check_heartbeat_interval
+    stopped: ConfigurationError | None = None
+    for _ in range(20):
+        w.clock.advance(100)
+        first.tick()  # never stops: it joined first
+        try:
+            second.tick()
+        except ConfigurationError as exc:
+            stopped = exc
+            break
+    assert stopped is not None and "runs with a heartbeat interval of 10 s" in str(stopped)
+    assert "by a, " in str(stopped) and "this member's is 1 s" in str(stopped)
+    second.close()  # what the consumer does with a fatal error: b leaves
+    w.run([first], 30 * HI)  # a never stopped: it holds everything
+    assert held(first) == [0, 1, 2, 3]
 
 
 def test_amo_starts_after_the_highest_confirmed_offset() -> None:
