@@ -309,7 +309,9 @@ def _record_json(record: Any) -> dict[str, object]:
                    "commit).")
 @click.option("--client-id", help="Stable name of this consumer (default: HOST-PID).")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0.01), default=10.0,
-              show_default=True, help="Seconds; the same for every member of the group.")
+              show_default=True,
+              help="Seconds; the same for every member of the group (a member whose interval "
+                   "differs from the group's live members' exits 2).")
 @click.option("--offset-reset", type=click.Choice(["latest", "earliest"]), default="latest",
               show_default=True, help="Where a partition with no committed offset starts.")
 @click.option("--balance", type=click.Choice(["fair", "greedy"]), default="fair",

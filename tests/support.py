@@ -72,9 +72,12 @@ class Scenario:
                                            proposed_last_offset=last), at)
 
     def member(self, client: str, at: int, *, active: bool = True, instance: str | None = None,
-               group: str = "g", topic: str = "t") -> CoordinationRecord:
+               group: str = "g", topic: str = "t", capacity: int = -1,
+               interval_ms: int = 0) -> CoordinationRecord:
+        """A membership heartbeat; ``interval_ms``: the heartbeat interval it announces (0:
+        none, version 2)."""
         return self.write(MemberHeartbeat(0, instance or f"i-{client}", client, group, topic,
-                                          int(active)), at)
+                                          int(active), capacity, interval_ms), at)
 
     def share_init(self, client: str, at: int, start: int, *, delivery_limit: int = 5,
                    inflight_limit: int = 2000, group: str = "g", topic: str = "t",

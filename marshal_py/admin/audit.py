@@ -315,6 +315,9 @@ class _Stint:
     amo_floor: int | None
     coordination_partition: int
     position: int
+    #: The interval the stint's claim is judged by (its owner's announced one, else the
+    #: configured one).
+    hi_ms: int
     first_committed: int | None = None
     last_committed: int | None = None
     first_confirmed: int | None = None
@@ -383,9 +386,8 @@ class AuditObserver:
 
     def _expire(self, group: str, topic: str, ts: int) -> None:
         """The pair's state expired: its stints end, its share-partitions start a new life."""
-        hi = self.rationalizer.config.heartbeat_interval_for(group)
         for key in sorted(k for k in self._stints if k.group == group and k.topic == topic):
-            self._close(key, self._stints[key], EXPIRED, ts, hi)
+            self._close(key, self._stints[key], EXPIRED, ts)
         for key in [k for k in self._amo if k.group == group and k.topic == topic]:
             del self._amo[key]
         for key in sorted(k for k in self._share_keys if k.group == group and k.topic == topic):
@@ -396,8 +398,8 @@ class AuditObserver:
         record, verdict, message = outcome.record, outcome.verdict, outcome.message
         assert isinstance(message, PartitionMessage)
         ts = record.timestamp_ms
-        hi = self.rationalizer.config.heartbeat_interval_for(key.group)
         claim = self.rationalizer.claim(key.group, key.topic, key.partition)
+        hi = claim.heartbeat_interval_ms  # the owner's after this record
         amo_before = self._amo.get(key)
         amo_after = claim.amo_claimed_offset
         self._amo[key] = amo_after
@@ -413,15 +415,16 @@ class AuditObserver:
         if verdict is Verdict.CLAIM_WON or verdict is Verdict.CLAIM_RECLAIMED:
             if stint is not None:
                 ended = TAKEN_OVER if verdict is Verdict.CLAIM_WON else RECLAIMED
-                self._close(key, stint, ended, ts, hi)
+                self._close(key, stint, ended, ts)
             owner = claim.owner
             assert owner is not None and claim.claimed_at_ms is not None
             self._stints[key] = _Stint(owner.client_id, owner.instance_id, claim.claimed_at_ms,
-                                       ts, amo_after, record.partition, record.position)
+                                       ts, amo_after, record.partition, record.position, hi)
         elif stint is not None and verdict in _LIVENESS:
             assert claim.last_heartbeat_ms is not None
             gap = claim.last_heartbeat_ms - stint.last_sign_ms
             stint.last_sign_ms = claim.last_heartbeat_ms
+            stint.hi_ms = hi
             if verdict is Verdict.HEARTBEAT:
                 if stint.first_committed is None:
                     stint.first_committed = claim.committed_offset
@@ -429,7 +432,8 @@ class AuditObserver:
         elif stint is not None and verdict is Verdict.RELEASED:
             stint.last_committed = claim.committed_offset
             ended = RELEASED
-            self._close(key, stint, RELEASED, ts, hi)
+            hi = stint.hi_ms  # the releaser's
+            self._close(key, stint, RELEASED, ts)
         elif stint is not None and verdict is Verdict.MESSAGES_CLAIMED:
             floor = stint.amo_floor
             stint.batches += 1
@@ -441,13 +445,13 @@ class AuditObserver:
             verdict.value, message.client_id, message.instance_id, offset, gap, hi,
             amo_before, amo_after, floor, ended))
 
-    def _close(self, key: PartitionKey, stint: _Stint, reason: str, end_ms: int | None,
-               hi: int) -> None:
+    def _close(self, key: PartitionKey, stint: _Stint, reason: str,
+               end_ms: int | None) -> None:
         del self._stints[key]
         self.sink.stint(StintRow(
             key.group, key.topic, key.partition, stint.client_id, stint.instance_id,
             stint.start_ms, end_ms, stint.last_sign_ms, reason, stint.first_committed,
-            stint.last_committed, hi, stint.amo_floor, stint.first_confirmed,
+            stint.last_committed, stint.hi_ms, stint.amo_floor, stint.first_confirmed,
             stint.last_confirmed, stint.batches, stint.coordination_partition, stint.position))
 
     def _share(self, outcome: Outcome, key: PartitionKey) -> None:
@@ -474,8 +478,7 @@ class AuditObserver:
         """Report the stints still open and every share-partition's final state."""
         for key in sorted(self._stints):
             stint = self._stints[key]
-            self._close(key, stint, OPEN, None,
-                        self.rationalizer.config.heartbeat_interval_for(key.group))
+            self._close(key, stint, OPEN, None)
         for key in sorted(self._share_keys):
             share = self.rationalizer.share_partition(key.group, key.topic, key.partition)
             assert share is not None

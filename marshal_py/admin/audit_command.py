@@ -90,7 +90,8 @@ def _option_text(value: object) -> str:
 @click.option("--topic", help="Only this topic (reads only its coordination partition).")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0.001), default=10.0,
               show_default=True,
-              help="The groups' heartbeat interval in seconds (must match their consumers').")
+              help="Seconds: the heartbeat interval of members that announce none (older "
+                   "marshal_py, Go); others are judged by the one they announce.")
 @click.option("--master", default="local[*]", show_default=True,
               help="Spark master URL for --engine spark.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")

@@ -133,7 +133,8 @@ def replay_options(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option(
         "--heartbeat-interval", type=click.FloatRange(min=0.001), default=10.0,
         show_default=True,
-        help="The groups' heartbeat interval in seconds (must match their consumers').")(func)
+        help="Seconds: the heartbeat interval of members that announce none (older "
+             "marshal_py, Go); others are judged by the one they announce.")(func)
     return func
 
 

@@ -95,8 +95,10 @@ class GroupRow:
             "topic": life.topic,
             "state": life.state.value,
             "group_state": self.group_state.value,
-            "members": [{"client_id": m.client_id, "instance_id": m.instance_id}
-                        for m in life.members],
+            "members": [{"client_id": m.client_id, "instance_id": m.instance_id,
+                         "heartbeat_interval_s": None if hi is None else hi / 1000}
+                        for m, hi in zip(life.members, life.intervals or
+                                         (None,) * len(life.members), strict=True)],
             "since_ms": life.since_ms,
             "since": iso(life.since_ms),
             "expires_at_ms": life.expires_at_ms,

@@ -18,21 +18,22 @@ from marshal_py.admin.groups import member_name
 from marshal_py.admin.lag import exclusive_committed, group_topics
 from marshal_py.admin.world_view import WorldView, load_world
 from marshal_py.errors import MarshalError
+from marshal_py.identity import new_instance_id
 from marshal_py.log.base import CoordinationLog
 from marshal_py.log.replay import catch_up
+from marshal_py.log.signing import MessageWriter
 from marshal_py.protocol import (
     GroupKey,
     Message,
     ResettingOffsets,
     ResettingSharePartition,
     coordination_partition,
-    encode,
-    sign,
 )
 from marshal_py.world import Outcome, Verdict
 from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS
 
-ADMIN_INSTANCE = "00000000"
+#: The client id of what the admin commands write; each run is a fresh instance (its signed
+#: records carry sequence numbers, which must never repeat under one instance id).
 ADMIN_CLIENT = "marshal-admin"
 
 
@@ -114,9 +115,8 @@ def _refuse_live(view: WorldView, group: str, topic: str, kind: str) -> None:
 def _write_and_read_back(log: CoordinationLog, view: WorldView, topic: str,
                          messages: list[Message]) -> list[Outcome | None]:
     cp = coordination_partition(topic, log.partition_count())
-    keys = view.rationalizer.config.group_keys
-    written = [log.append(cp, sign(encode(m), keys[m.group_id][0]) if m.group_id in keys
-                          else encode(m)).position for m in messages]
+    writer = MessageWriter(log, view.rationalizer.config.group_keys)
+    written = [record.position for record in writer.write([(cp, m) for m in messages])]
     outcomes: dict[int, Outcome] = {}
     view.rationalizer.observe(lambda o: outcomes.__setitem__(o.record.position, o))
     catch_up(log, view.rationalizer, [cp])
@@ -181,8 +181,9 @@ def reset_offsets(
     result = ResetResult(group, topic, mode, dry_run, plans=offset_plans)
     if dry_run:
         return result
+    instance = new_instance_id()
     messages: list[Message] = [
-        ResettingOffsets(int(time.time()), ADMIN_INSTANCE, ADMIN_CLIENT, group, topic,
+        ResettingOffsets(int(time.time()), instance, ADMIN_CLIENT, group, topic,
                          plan.partition, plan.new_offset) for plan in offset_plans]
     outcomes = _write_and_read_back(log, view, topic, messages)
     result.plans = [replace(plan, applied=o is not None and o.verdict is Verdict.OFFSETS_RESET)
@@ -200,8 +201,9 @@ def _reset_shares(log: CoordinationLog, view: WorldView, group: str, topic: str,
                        share.speo - share.spso) for key, share in shares]
     if dry_run:
         return plans
+    instance = new_instance_id()
     messages: list[Message] = [
-        ResettingSharePartition(int(time.time()), ADMIN_INSTANCE, ADMIN_CLIENT, group, topic,
+        ResettingSharePartition(int(time.time()), instance, ADMIN_CLIENT, group, topic,
                                 plan.partition, plan.new_spso) for plan in plans]
     outcomes = _write_and_read_back(log, view, topic, messages)
     refused = [p for p, o in zip(plans, outcomes, strict=True)

@@ -87,7 +87,7 @@ def build_frame(rationalizer: Rationalizer, now_ms: int,
                 c for c in offsets if c is not None)
             seen = keys.last_seen.get(owner) if owner is not None else None
             status = ("unowned" if owner is None else "stale" if seen is None
-                      else status_for_age(now_ms - seen, hi).value)
+                      else status_for_age(now_ms - seen, keys.intervals.get(owner, hi)).value)
             key_shared.append({
                 "group": key.group, "topic": key.topic, "partition": key.partition,
                 "owner": owner.client_id if owner else None,

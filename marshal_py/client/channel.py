@@ -15,7 +15,8 @@ from marshal_py.errors import MarshalError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.log.checkpoints import start_from_checkpoints
 from marshal_py.log.replay import catch_up, follow_once, read_through, replay_start
-from marshal_py.protocol import Checkpoint, Message, coordination_partition, encode, sign
+from marshal_py.log.signing import MessageWriter
+from marshal_py.protocol import Checkpoint, Message, coordination_partition
 from marshal_py.world import CoordinationRecord, Owner, Rationalizer
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,9 @@ class CoordinationChannel:
         self.group = group
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.partitions: dict[str, int] = {}
+        #: Signs the records of an authenticated group (with the process's sequence
+        #: numbers, in the order they are appended).
+        self.writer = MessageWriter(log_, rationalizer.config.group_keys)
         self.records_written = 0
         self.checkpoints_written = 0
         #: Records the first replay started after (where it began, per partition).
@@ -135,16 +139,10 @@ class CoordinationChannel:
                                             record.position + 1)
         read_through(self.log, self.rationalizer, targets)
 
-    def _encode(self, message: Message) -> tuple[int, bytes]:
-        value = encode(message)
-        keys = self.rationalizer.config.group_keys.get(message.group_id)
-        if keys:
-            value = sign(value, keys[0])
-        return self.partitions[message.topic], value
-
     def append(self, message: Message) -> int:
         """Write a message to its topic's coordination partition; return its broker time.
-        A message about an authenticated group is signed with the group's first key."""
+        A message about an authenticated group is signed with the group's first key and the
+        next sequence number of this process."""
         return self.append_all([message])[0].timestamp_ms
 
     def append_all(self, messages: Sequence[Message]) -> list[CoordinationRecord]:
@@ -152,11 +150,9 @@ class CoordinationChannel:
         them as stored. Raises :class:`MarshalError` if any was not written."""
         if not messages:
             return []
-        items = [self._encode(m) for m in messages]
+        items = [(self.partitions[m.topic], m) for m in messages]
         sent = self.clock.now_ms()
-        # One record: the plain append (a log that only fails appends still fails here).
-        written = [self.log.append(*items[0])] if len(items) == 1 \
-            else self.log.append_all(items)
+        written = self.writer.write(items)
         acked = self.clock.now_ms()
         # One sample per round trip: each observation moves the estimate by its residual.
         self.clock.observe(written[0].timestamp_ms, sent, acked)

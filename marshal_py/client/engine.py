@@ -105,7 +105,7 @@ class MemberEngine(HoldingMember):
         self._confirm_windows()
         if not caught_up or self.suspended:
             return
-        self._require_keys_if_signed()
+        self._check_group()
         self._announce_if_due(self.clock.now_ms())
         for topic in self.config.topics:
             self._balance(topic)
@@ -138,11 +138,12 @@ class MemberEngine(HoldingMember):
             for claim in self.rationalizer.claims(group, topic):
                 if claim.owner is not None and claim.owner != self.me \
                         and claim.last_heartbeat_ms is not None:
-                    due.append(claim.last_heartbeat_ms + 2 * self.hi + 1)
+                    due.append(claim.last_heartbeat_ms + 2 * claim.heartbeat_interval_ms + 1)
                 if claim.last_release_ms is not None:
                     due.append(claim.last_release_ms + self.hi)
-            for seen in self.rationalizer.member_last_seen(group, topic).values():
-                due.append(seen + 2 * self.hi + 1)
+            for member, seen in self.rationalizer.member_last_seen(group, topic).items():
+                hi = self.rationalizer.member_interval(group, topic, member)
+                due.append(seen + 2 * hi + 1)
             paused = self._last_balance_release_ms.get(topic)
             if paused is not None:
                 due.append(paused + self.hi)

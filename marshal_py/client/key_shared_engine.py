@@ -264,7 +264,7 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
             caught_up = self._refresh()  # read our heartbeats back: that renews the leases
         if not caught_up or self.suspended:
             return
-        self._require_keys_if_signed()
+        self._check_group()
         self._announce_if_due(self.clock.now_ms())
         for topic in self.config.topics:
             count = self.source.partition_count(topic) or 0

@@ -80,7 +80,8 @@ class Marshaler:
 
     ``client_id`` names the logical consumer: give each process of a group its own, and the
     same one again after a restart to take its partitions back without waiting for them to
-    go stale. ``heartbeat_interval`` (seconds) must be the same for every member of the group.
+    go stale. ``heartbeat_interval`` (seconds) must be the same for every member of the group:
+    a member whose interval differs from the group's stops with a ConfigurationError.
     ``kafka_config`` passes kafka-python settings (security, SASL, SSL) to every client.
     ``checkpoint_interval`` (seconds): how often the group's checkpoint is re-written, which
     bounds how much of the log a joining member replays. ``offsets_retention`` (seconds): how

@@ -180,22 +180,84 @@ class GroupMember(Generic[ConfigT]):
         # After the replay: the data topics' source connects meanwhile (and says here when a
         # topic does not exist, before this member writes anything).
         self._note_partition_counts()
-        self._require_keys_if_signed()
+        self._check_group()
         joined = [self._append(self._member_heartbeat(t, active=True)) for t in self.config.topics]
         self._joined_ms = min(joined)
         self._next_member_heartbeat_ms = self.clock.now_ms() + self._jittered()
 
-    def _require_keys_if_signed(self) -> None:
-        """Stop (ConfigurationError) if the log shows the group is authenticated and this
-        member has no key: it would accept records the others reject, and both sides could
-        believe they own the same work."""
+    def _check_group(self) -> None:
+        """Stop (ConfigurationError) when this member cannot safely take part in its group
+        (see :meth:`_check_authentication` and :meth:`_check_heartbeat_interval`). Called
+        with the log caught up: as the member joins (before it writes anything), and on
+        every step."""
+        self._check_authentication()
+        self._check_heartbeat_interval()
+
+    def _check_heartbeat_interval(self) -> None:
+        """Stop when the group runs with another heartbeat interval than this member's.
+
+        The group's interval is the one its longest-running live member announced
+        (:meth:`Rationalizer.group_interval`). Joining, this member compares with the live
+        members of other client ids; later, it stops when the group's interval is another
+        member's and differs (two members that joined at the same moment: the later one
+        stops). Adopting the group's interval silently would ignore an explicit setting;
+        running with both would let each judge the other's claims by its own clock."""
         group = self.config.group_id
-        if (group in self.rationalizer.signed_groups
-                and group not in self.rationalizer.config.group_keys):
+        now = self.clock.now_ms()
+        joining = self._joined_ms is None
+        for topic in self.config.topics:
+            found = self.rationalizer.group_interval(
+                group, topic, now, excluding_client=self.me.client_id if joining else None)
+            if found is None:
+                continue
+            first, interval = found
+            if first.client_id == self.me.client_id or interval == self.hi:
+                continue
             raise ConfigurationError(
-                f"group {group!r} is authenticated (its coordination records are signed) but "
-                "this member has no key; pass the group's keys (Marshaler(auth_keys=...), "
-                "marshal ... --auth-keys FILE)")
+                f"group {group!r} runs with a heartbeat interval of {interval / 1000:g} s "
+                f"(announced on {topic} by {first.client_id}, instance {first.instance_id}), "
+                f"and this member's is {self.hi / 1000:g} s: give every member of a group the "
+                f"same heartbeat interval (heartbeat_interval={interval / 1000:g}, marshal "
+                f"consume --heartbeat-interval {interval / 1000:g}); to change it, stop every "
+                "member of the group first")
+
+    def _check_authentication(self) -> None:
+        """Stop (ConfigurationError) when this member cannot safely take part in its group:
+        the log shows the group is authenticated (its records are signed) and this member has
+        no key -- it would accept records the others reject, and both sides could believe
+        they own the same work -- or members of an older marshal_py, which sign without
+        sequence numbers and cannot read what this version writes, are in the group."""
+        group = self.config.group_id
+        r = self.rationalizer
+        if group not in r.config.group_keys:
+            if group in r.signed_groups:
+                raise ConfigurationError(
+                    f"group {group!r} is authenticated (its coordination records are signed) "
+                    "but this member has no key; pass the group's keys "
+                    "(Marshaler(auth_keys=...), marshal ... --auth-keys FILE)")
+            return
+        upgrade = ("the versions cannot share an authenticated group: stop every member of "
+                   "the group, upgrade them all, then start them (PROTOCOL.md, "
+                   "authenticated groups)")
+        if self._joined_ms is None:
+            now = self.clock.now_ms()
+            for topic in self.config.topics:
+                older = [] if r.sequenced(group, topic) else r.members(group, topic, now)
+                if older:
+                    names = ", ".join(f"{m.client_id} (instance {m.instance_id})"
+                                      for m in older)
+                    raise ConfigurationError(
+                        f"group {group!r} has live members that sign without sequence numbers "
+                        f"(an older marshal_py) on {topic}: {names}; {upgrade} (a member that "
+                        "crashed counts as live for 2 heartbeat intervals after its last "
+                        "record)")
+            return
+        older_ms = r.unsequenced_ms.get(group)
+        if older_ms is not None and older_ms > self._joined_ms:
+            raise ConfigurationError(
+                f"a member of group {group!r} that signs without sequence numbers (an older "
+                f"marshal_py) wrote to the coordination log after this member joined; "
+                f"{upgrade}")
 
     def resume(self) -> None:
         """Join again after ``suspend()``: announce at the next step, then claim."""
@@ -250,7 +312,7 @@ class GroupMember(Generic[ConfigT]):
     def _member_heartbeat(self, topic: str, *, active: bool) -> Message:
         return MemberHeartbeat(self.clock.now_ms() // 1000, self.me.instance_id,
                                self.me.client_id, self.config.group_id, topic, int(active),
-                               self._announced_capacity())
+                               self._announced_capacity(), self.hi)
 
     def _catch_up(self) -> None:
         """Read the log to its end (see :meth:`_stopping_if_log_lost`)."""

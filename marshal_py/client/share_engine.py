@@ -113,8 +113,7 @@ class ShareEngine(GroupMember[ShareConfig]):
 
     def start(self) -> None:
         """Replay the coordination log, announce this member, initialize share-partitions."""
-        self._note_partition_counts()
-        self.channel.open(self.config.replay_window_ms)
+        self._join()
         self.tick()
 
     def close(self) -> None:
@@ -159,7 +158,7 @@ class ShareEngine(GroupMember[ShareConfig]):
         if self.suspended:
             return
         now = self.clock.now_ms()
-        self._require_keys_if_signed()
+        self._check_group()
         self._announce_if_due(now, strict=True)
         for topic in self.config.topics:
             count = self.source.partition_count(topic) or 0

@@ -63,7 +63,7 @@ def read_range(log_: CoordinationLog, partition: int, start: int, end: int,
 def _may_be_checkpoint(value: bytes | None) -> bool:
     if value is None:
         return False
-    if is_signed(value):  # Signed/2/<key id>/<mac>/Checkpoint/...
+    if is_signed(value):  # Signed/3/<key id>/<seq>/<mac>/Checkpoint/... (or version 2)
         return _PREFIX in value
     return value.startswith(_PREFIX)
 

@@ -90,6 +90,14 @@ class KafkaLogConfig:
                 f"unknown kafka-python setting(s) {', '.join(unknown)}; see the settings of "
                 "KafkaConsumer, KafkaProducer and KafkaAdminClient"
             )
+        conflict = coordination_producer_conflict(self.kafka_config)
+        if conflict is not None:
+            raise ConfigurationError(
+                f"kafka_config sets {conflict}, which the coordination producer cannot use: "
+                "it writes with acks=all and idempotence (retries > 0, at most 5 requests in "
+                "flight), so no acknowledged coordination record is lost and the records "
+                "of one writer land in the order they were sent (PROTOCOL.md, sections 4.1 "
+                "and 12); remove the setting")
 
     def client_config(self, client: type | None = None) -> dict[str, Any]:
         """Settings for a kafka-python ``client`` class talking to this cluster: ours, plus
@@ -107,6 +115,21 @@ class KafkaLogConfig:
             "reconnect_backoff_max_ms": 1000,
             **extra,
         }
+
+
+def coordination_producer_conflict(kafka_config: Mapping[str, Any]) -> str | None:
+    """The first setting of ``kafka_config`` that would let the coordination producer lose
+    an acknowledged record or reorder a writer's records (``name=value``), or None."""
+    checks: dict[str, Callable[[Any], bool]] = {
+        "acks": lambda v: str(v).lower() in ("all", "-1"),
+        "enable_idempotence": lambda v: v is True or str(v).lower() == "true",
+        "retries": lambda v: not isinstance(v, (int, float)) or v > 0,
+        "max_in_flight_requests_per_connection": lambda v: isinstance(v, int) and 1 <= v <= 5,
+    }
+    for name, allowed in checks.items():
+        if name in kafka_config and not allowed(kafka_config[name]):
+            return f"{name}={kafka_config[name]!r}"
+    return None
 
 
 T = TypeVar("T")
@@ -371,12 +394,15 @@ class KafkaLog:
     def _get_producer(self) -> KafkaProducer:
         if self._producer is None:
             try:
-                self._producer = quick_metadata(KafkaProducer(
-                    acks="all",
-                    enable_idempotence=True,
-                    linger_ms=0,
+                # Idempotence also keeps each partition's records in the order they were
+                # sent: kafka-python then sends one batch per partition at a time and
+                # retries it before the next (signed records' sequence numbers need it).
+                self._producer = quick_metadata(KafkaProducer(**{
                     **self._config_for(KafkaProducer),
-                ))
+                    "acks": "all",
+                    "enable_idempotence": True,
+                    "linger_ms": 0,
+                }))
             except (KafkaConnectionError, KafkaTimeoutError) as exc:
                 raise _unreachable(self.config, exc) from exc
         return self._producer

@@ -1,6 +1,6 @@
 """The coordination protocol's wire format (pure: no I/O, no clocks)."""
 
-from marshal_py.protocol.auth import GroupKey, Signature, sign, verify
+from marshal_py.protocol.auth import GroupKey, Signature, sign, sign_v2, verify
 from marshal_py.protocol.codec import (
     DecodeError,
     DecodeErrorKind,
@@ -75,6 +75,7 @@ __all__ = [
     "ranges_of",
     "register",
     "sign",
+    "sign_v2",
     "unescape_field",
     "verify",
     "wire_version",

@@ -35,6 +35,8 @@ ALL_ACK_KINDS = ACK_KINDS | {DEAD_LETTERED}
 #: characters. Longer ones are refused when written and malformed when read.
 MAX_ID_CHARS = 255
 MAX_TOPIC_CHARS = 249
+#: The longest heartbeat interval a member may announce (an hour, as clients allow).
+MAX_ANNOUNCED_INTERVAL_MS = 3_600_000
 #: Unicode's control characters (general category Cc: fixed by the standard as U+0000..U+001F
 #: and U+007F..U+009F). One regex search in C instead of a category lookup per character:
 #: every decoded record checks four ids.
@@ -118,19 +120,30 @@ BASE_MESSAGE_TYPES: tuple[type[Message], ...] = (
 
 @dataclass(frozen=True, slots=True)
 class MemberHeartbeat(Message):
-    """Extension (version 2): the sender is a live member of the group consuming ``topic``.
+    """Extension (versions 2 and 3): the sender is a live member of the group consuming
+    ``topic``.
 
     Members write it once per heartbeat interval per topic, whether or not they hold a
     partition, so that every member can compute the same fair share. ``active`` is 1 while
     the member runs and 0 when it leaves (closing), which removes it at once. ``capacity`` is
     the most partitions of the topic the member will hold (its ``max_claims``), -1 for no
-    limit, so that the others take up what it leaves.
+    limit, so that the others take up what it leaves. ``heartbeat_interval_ms`` (version 3)
+    is the member's heartbeat interval, by which every reader judges its claims and its
+    liveness; 0 (version 2) announces none.
     """
 
     TYPE: ClassVar[str] = "MemberHeartbeat"
-    VERSIONS: ClassVar[frozenset[int]] = frozenset({2})
+    VERSIONS: ClassVar[frozenset[int]] = frozenset({2, 3})
+    FIELD_VERSIONS: ClassVar[dict[str, int]] = {"heartbeat_interval_ms": 3}
     active: int
     capacity: int = -1
+    heartbeat_interval_ms: int = 0
+
+    def validate(self) -> None:
+        """Raise ValueError when a field is out of its domain (the codec calls it)."""
+        if not 0 <= self.heartbeat_interval_ms <= MAX_ANNOUNCED_INTERVAL_MS:
+            raise ValueError(f"heartbeat_interval_ms {self.heartbeat_interval_ms} outside "
+                             f"0..{MAX_ANNOUNCED_INTERVAL_MS}")
 
 
 @dataclass(frozen=True, slots=True)

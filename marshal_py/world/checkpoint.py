@@ -3,8 +3,9 @@
 A :class:`~marshal_py.protocol.messages.Checkpoint` record carries this text. Restoring it
 gives a rationalizer exactly the state a reader that replayed every earlier record has, so a
 replay may begin at the checkpoint instead of at the start of the group's history. The
-layout (version 1) is documented in PROTOCOL.md; owners are written once in a table and
-referred to by index.
+layout (version 2; version 1, without the replay guard of authenticated groups, is still
+read) is documented in PROTOCOL.md; owners are written once in a table and referred to by
+index.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from typing import Any
 from marshal_py.protocol.messages import KEY_SLOTS
 from marshal_py.world.key_shared import KeySharedPartition
 from marshal_py.world.lifecycle import GroupLife
+from marshal_py.world.sequences import PairSequences
 from marshal_py.world.share import InFlightRecord, RecordState, SharePartition
 from marshal_py.world.state import Owner
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
+#: Versions :func:`decode_state` reads (1: written before the replay guard existed).
+READABLE_VERSIONS = (1, 2)
 _STATES = {s: i for i, s in enumerate(RecordState)}
 _STATE_OF = dict(enumerate(RecordState))
 
@@ -39,6 +43,9 @@ class ClaimState:
     last_release_ms: int | None = None
     released_by: Owner | None = None
     amo_claimed_offset: int | None = None
+    #: The heartbeat interval the owner announced, by which the claim is judged (None: the
+    #: owner announced none, so each reader's configured interval judges it).
+    heartbeat_interval_ms: int | None = None
 
 
 @dataclass(slots=True)
@@ -49,6 +56,7 @@ class PairState:
     claims: dict[int, ClaimState] = field(default_factory=dict)
     shares: dict[int, SharePartition] = field(default_factory=dict)
     key_shared: dict[int, KeySharedPartition] = field(default_factory=dict)
+    sequences: PairSequences = field(default_factory=PairSequences)
 
 
 class _Owners:
@@ -73,13 +81,15 @@ def encode_state(state: PairState) -> str:
     doc: dict[str, Any] = {
         "v": CHECKPOINT_VERSION,
         "life": [
-            [[owners.ref(m), ts, life.capacities.get(m, -1)]
+            [[owners.ref(m), ts, life.capacities.get(m, -1), life.intervals.get(m, 0),
+              life.joined.get(m, ts)]
              for m, ts in sorted(life.members.items())],
             life.gone_at_ms, life.last_checkpoint_ms, life.stable_since_ms,
         ],
         "claims": [
             [p, owners.ref(c.owner), c.claimed_at_ms, c.last_heartbeat_ms, c.committed_offset,
-             c.last_release_ms, owners.ref(c.released_by), c.amo_claimed_offset]
+             c.last_release_ms, owners.ref(c.released_by), c.amo_claimed_offset,
+             c.heartbeat_interval_ms]
             for p, c in sorted(state.claims.items())
         ],
         "shares": [
@@ -90,8 +100,14 @@ def encode_state(state: PairState) -> str:
         ],
         "keys": [
             [p, _slot_runs(k, owners),
-             [[owners.ref(o), ts] for o, ts in sorted(k.last_seen.items())]]
+             [[owners.ref(o), ts, k.intervals.get(o, 0)]
+              for o, ts in sorted(k.last_seen.items())]]
             for p, k in sorted(state.key_shared.items())
+        ],
+        "auth": [
+            int(state.sequences.sequenced),
+            [[owners.ref(sender), seq, ts]
+             for sender, (seq, ts) in sorted(state.sequences.last.items())],
         ],
     }
     doc["owners"] = owners.table
@@ -116,7 +132,8 @@ def decode_state(text: str) -> PairState:
     """Parse checkpoint text; raises :class:`CheckpointError` on anything unexpected."""
     try:
         doc = json.loads(text)
-        if not isinstance(doc, dict) or doc.get("v") != CHECKPOINT_VERSION:
+        if not isinstance(doc, dict) or type(doc.get("v")) is not int \
+                or doc["v"] not in READABLE_VERSIONS:
             raise CheckpointError(f"unknown checkpoint version {doc.get('v')!r}"
                                   if isinstance(doc, dict) else "checkpoint is not an object")
         table = [Owner(str(i), str(c)) for i, c in doc["owners"]]
@@ -127,16 +144,25 @@ def decode_state(text: str) -> PairState:
         members, gone_at, last_checkpoint, stable_since = doc["life"]
         life = GroupLife(gone_at_ms=_opt(gone_at), last_checkpoint_ms=_opt(last_checkpoint),
                          stable_since_ms=_opt(stable_since))
-        for ref, ts, capacity in members:
+        for entry in members:  # version 1 and 2: [member, last seen, capacity]
+            ref, ts, capacity, *rest = _fields(entry, 3, 5)
             member = table[_int(ref)]
             life.members[member] = _int(ts)
             if _int(capacity) >= 0:
                 life.capacities[member] = _int(capacity)
+            if rest:
+                if _int(rest[0]) > 0:
+                    life.intervals[member] = _int(rest[0])
+                life.joined[member] = _int(rest[1])
+            else:
+                life.joined[member] = _int(ts)
         state = PairState(life=life)
-        for p, own, claimed, beat, committed, released, by, amo in doc["claims"]:
+        for entry in doc["claims"]:  # version 1 and 2: without the interval
+            p, own, claimed, beat, committed, released, by, amo, *interval = \
+                _fields(entry, 8, 9)
             state.claims[_int(p)] = ClaimState(owner(own), _opt(claimed), _opt(beat),
                                                _opt(committed), _opt(released), owner(by),
-                                               _opt(amo))
+                                               _opt(amo), _opt(interval[0]) if interval else None)
         for p, spso, speo, limit, inflight, records, *dead_letters in doc["shares"]:
             stored = [_stored_record(fields, owner) for fields in records]
             topic = _str(dead_letters[0]) if dead_letters else ""
@@ -150,9 +176,20 @@ def decode_state(text: str) -> PairState:
                     owners_of[slot] = owner(own)
                     committed_of[slot] = _opt(committed)
             partition = KeySharedPartition()
-            partition.restore(owners_of, committed_of,
-                              {table[_int(ref)]: _int(ts) for ref, ts in seen})
+            last_seen: dict[Owner, int] = {}
+            intervals: dict[Owner, int] = {}
+            for entry in seen:  # version 1 and 2: [owner, last seen]
+                ref, ts, *interval = _fields(entry, 2, 3)
+                last_seen[table[_int(ref)]] = _int(ts)
+                if interval and _int(interval[0]) > 0:
+                    intervals[table[_int(ref)]] = _int(interval[0])
+            partition.restore(owners_of, committed_of, last_seen, intervals)
             state.key_shared[_int(p)] = partition
+        if doc["v"] >= 2:
+            sequenced, last = doc["auth"]
+            state.sequences.sequenced = _int(sequenced) == 1
+            for ref, seq, ts in last:
+                state.sequences.last[table[_int(ref)]] = (_int(seq), _int(ts))
         return state
     except CheckpointError:
         raise
@@ -161,7 +198,7 @@ def decode_state(text: str) -> PairState:
 
 
 def _stored_record(fields: Any, owner: Any) -> InFlightRecord:
-    o, st, n, h, x, *dead = fields
+    o, st, n, h, x, *dead = _fields(fields, 5, 8)
     duty, owed, duties = dead if dead else (0, None, 0)
     return InFlightRecord(_int(o), _STATE_OF[_int(st)], _int(n), owner(h), _opt(x),
                           bool(_int(duty)), _opt(owed), _int(duties))
@@ -171,6 +208,14 @@ def _str(value: Any) -> str:
     if type(value) is not str:
         raise CheckpointError(f"expected a string, got {value!r}")
     return value
+
+
+def _fields(entry: Any, shortest: int, longest: int) -> list[Any]:
+    """A list of ``shortest`` to ``longest`` values (older versions wrote fewer)."""
+    if not isinstance(entry, list) or not shortest <= len(entry) <= longest:
+        raise CheckpointError(f"expected a list of {shortest} to {longest} values, got "
+                              f"{str(entry)[:40]}")
+    return entry
 
 
 def _int(value: Any) -> int:

@@ -59,12 +59,19 @@ class KeySharedPartition:
         self._slots: dict[Owner, set[int]] = {}
         #: Broker time of each owner's last applied claim or heartbeat about this partition.
         self.last_seen: dict[Owner, int] = {}
+        #: The heartbeat interval each owner announced (as a member of the group) when it
+        #: last claimed or heartbeated; owners without one are judged by the reader's
+        #: configured interval.
+        self.intervals: dict[Owner, int] = {}
 
     # -- transitions -------------------------------------------------------------------------
 
     def claim(self, sender: Owner, slots: Iterable[OffsetRange], ts: int,
-              heartbeat_interval_ms: int) -> KeySharedResult:
-        """Take the free slots of ``slots`` for ``sender``."""
+              heartbeat_interval_ms: int, sender_interval_ms: int | None = None,
+              ) -> KeySharedResult:
+        """Take the free slots of ``slots`` for ``sender``. A slot's owner is judged by the
+        interval it announced, else ``heartbeat_interval_ms``; ``sender_interval_ms`` is the
+        one the sender announced (None: none)."""
         granted: list[int] = []
         ignored = 0
         for slot in offsets_in(slots):
@@ -76,11 +83,17 @@ class KeySharedPartition:
             else:
                 ignored += 1
         if granted:
-            self.last_seen[sender] = ts
+            self._seen(sender, ts, sender_interval_ms)
         self._forget_owners_without_slots()
         return KeySharedResult(ranges_of(granted), ignored)
 
-    def heartbeat(self, sender: Owner, offset: int, ts: int) -> KeySharedResult:
+    def _seen(self, sender: Owner, ts: int, interval_ms: int | None) -> None:
+        self.last_seen[sender] = ts
+        if interval_ms is not None:
+            self.intervals[sender] = interval_ms
+
+    def heartbeat(self, sender: Owner, offset: int, ts: int,
+                  sender_interval_ms: int | None = None) -> KeySharedResult:
         """Commit ``offset`` for every slot ``sender`` owns."""
         mine = sorted(self._slots.get(sender, ()))
         if not mine:
@@ -89,7 +102,7 @@ class KeySharedPartition:
             committed = self._committed[slot]
             if committed is None or offset > committed:
                 self._committed[slot] = offset
-        self.last_seen[sender] = ts
+        self._seen(sender, ts, sender_interval_ms)
         return KeySharedResult(ranges_of(mine), 0)
 
     def release(self, sender: Owner, slots: Iterable[OffsetRange],
@@ -115,6 +128,7 @@ class KeySharedPartition:
         self._committed = [offset] * KEY_SLOTS
         self._slots.clear()
         self.last_seen.clear()
+        self.intervals.clear()
 
     def _assign(self, slot: int, owner: Owner | None) -> None:
         previous = self._owner[slot]
@@ -126,13 +140,16 @@ class KeySharedPartition:
 
     def _live(self, owner: Owner, now_ms: int, heartbeat_interval_ms: int) -> bool:
         seen = self.last_seen.get(owner)
-        return seen is not None and now_ms - seen <= 2 * heartbeat_interval_ms
+        return seen is not None and now_ms - seen <= 2 * self.intervals.get(
+            owner, heartbeat_interval_ms)
 
     def _forget_owners_without_slots(self) -> None:
         for owner in [o for o, slots in self._slots.items() if not slots]:
             del self._slots[owner]
         for owner in [o for o in self.last_seen if o not in self._slots]:
             del self.last_seen[owner]
+        for owner in [o for o in self.intervals if o not in self._slots]:
+            del self.intervals[owner]
 
     # -- views -------------------------------------------------------------------------------
 
@@ -153,7 +170,8 @@ class KeySharedPartition:
         return list(self._committed)
 
     def live_owners(self, now_ms: int, heartbeat_interval_ms: int) -> list[Owner | None]:
-        """Owner of every slot, None where the owner is stale at ``now_ms``."""
+        """Owner of every slot, None where the owner is stale at ``now_ms`` (judged by the
+        interval it announced, else ``heartbeat_interval_ms``)."""
         out = list(self._owner)
         for owner, slots in self._slots.items():
             if not self._live(owner, now_ms, heartbeat_interval_ms):
@@ -185,7 +203,8 @@ class KeySharedPartition:
     # -- checkpoints -------------------------------------------------------------------------
 
     def restore(self, owners: Sequence[Owner | None], committed: Sequence[int | None],
-                last_seen: dict[Owner, int]) -> None:
+                last_seen: dict[Owner, int], intervals: dict[Owner, int] | None = None,
+                ) -> None:
         """Replace the whole state (a checkpoint's content)."""
         if len(owners) != KEY_SLOTS or len(committed) != KEY_SLOTS:
             raise ValueError(f"a key-shared partition has {KEY_SLOTS} slots")
@@ -196,6 +215,7 @@ class KeySharedPartition:
             if owner is not None:
                 self._slots.setdefault(owner, set()).add(slot)
         self.last_seen = dict(last_seen)
+        self.intervals = dict(intervals or {})
         self._forget_owners_without_slots()
 
 

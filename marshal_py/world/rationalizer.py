@@ -45,6 +45,7 @@ from marshal_py.world.lifecycle import (
     GroupLifecycle,
 )
 from marshal_py.world.records import CoordinationRecord
+from marshal_py.world.sequences import PairSequences, sequence_refusal
 from marshal_py.world.share import InFlightRecord, RecordState, SharePartition, ShareResult
 from marshal_py.world.state import Owner, PartitionClaim, PartitionKey
 
@@ -163,9 +164,10 @@ class RationalizerConfig:
     the heartbeat interval (HI); ``group_heartbeat_intervals`` overrides it per group.
     ``offsets_retention_ms``: how long an Empty group's offsets outlive it (KIP-211).
     ``group_keys``: the authenticated groups and their keys (two while a key rotates): every
-    record about such a group must be signed with one of them, and its own time
-    (``sent_at``) be within ``auth_max_skew_ms`` of the broker's append time; other records
-    about it are rejected (PROTOCOL.md, authenticated groups).
+    record about such a group must be signed with one of them, its own time (``sent_at``)
+    be within ``auth_max_skew_ms`` of the broker's append time, and its writer's sequence
+    number be above the last one accepted from the same sender; other records about it are
+    rejected (PROTOCOL.md, authenticated groups).
     """
 
     coordination_partitions: int
@@ -223,6 +225,11 @@ class Rationalizer:
         #: Groups seen in a signed record, verified or not: a member without the group's
         #: keys must not take part (it would accept what the others reject).
         self.signed_groups: set[str] = set()
+        #: The replay guard of each authenticated (group, topic) pair.
+        self._sequences: dict[tuple[str, str], PairSequences] = {}
+        #: Authenticated group -> broker time of the newest authentic record signed without a
+        #: sequence number (an older marshal_py, or a replay) refused in a sequenced pair.
+        self.unsequenced_ms: dict[str, int] = {}
         #: (group, topic) pairs whose offsets expired (Empty for longer than the retention).
         self.expired_groups = 0
         self._expired_now = False
@@ -286,6 +293,11 @@ class Rationalizer:
                 and record.position < restored[1]):
             return Outcome(record, Verdict.BEFORE_CHECKPOINT, message)
         ts = record.timestamp_ms
+        if signature is not None and message.group_id in self.config.group_keys:
+            why = self._replay_refusal(pair, message, signature, ts)
+            if why is not None:
+                self.rejected[message.group_id] += 1
+                return Outcome(record, Verdict.REJECTED, message, why)
         life = self._life_at(pair, ts)
         sender = Owner(message.instance_id, message.client_id)
         if isinstance(message, MemberHeartbeat):
@@ -305,7 +317,8 @@ class Rationalizer:
                 life.seen(sender, ts, hi)
             return Outcome(record, verdict, message, detail)
         if isinstance(message, KeySharedMessage):
-            verdict, detail = self._key_ranges(key, sender, message, ts)
+            verdict, detail = self._key_ranges(key, sender, message, ts,
+                                               life.intervals.get(sender))
             if verdict in _PROOF_OF_LIFE:
                 life.seen(sender, ts, hi)
             return Outcome(record, verdict, message, detail)
@@ -315,13 +328,26 @@ class Rationalizer:
         claim = self._claims.get(key)
         if claim is None:
             claim = self._claims[key] = ClaimState()
-        verdict = self._transition(claim, key, sender, message, ts)
+        verdict = self._transition(claim, key, sender, message, ts, life.intervals.get(sender))
         if verdict in _PROOF_OF_LIFE:
             if verdict is Verdict.CLAIM_RECLAIMED:
                 for other in [m for m in life.members if m.client_id == sender.client_id]:
                     life.replaced(other)
             life.seen(sender, ts, hi)
         return Outcome(record, verdict, message)
+
+    def _replay_refusal(self, pair: tuple[str, str], message: Message, signature: Signature,
+                        ts: int) -> str | None:
+        """The replay guard (after the signature and skew checks of :meth:`refusal`)."""
+        sequences = self._sequences.get(pair)
+        if sequences is None:
+            sequences = self._sequences[pair] = PairSequences()
+        why = sequence_refusal(sequences, Owner(message.instance_id, message.client_id),
+                               signature.seq, ts, self.config.auth_max_skew_ms)
+        if why is not None and signature.seq is None:
+            group = message.group_id
+            self.unsequenced_ms[group] = max(ts, self.unsequenced_ms.get(group, ts))
+        return why
 
     def _reset_offsets(self, key: PartitionKey, offset: int, ts: int,
                        life: GroupLife) -> tuple[Verdict, str]:
@@ -331,6 +357,7 @@ class Rationalizer:
         claim = self._claims.setdefault(key, ClaimState())
         claim.owner = None
         claim.released_by = None
+        claim.heartbeat_interval_ms = None
         claim.committed_offset = offset
         if claim.amo_claimed_offset is not None:
             claim.amo_claimed_offset = offset - 1
@@ -368,17 +395,17 @@ class Rationalizer:
         self.expired_groups += 1
 
     def _key_ranges(self, key: PartitionKey, sender: Owner, message: KeySharedMessage,
-                    ts: int) -> tuple[Verdict, str]:
+                    ts: int, announced: int | None) -> tuple[Verdict, str]:
         state = self._key_shared.get(key)
         if state is None:
             state = self._key_shared[key] = KeySharedPartition()
         result: KeySharedResult
         if isinstance(message, ClaimingKeyRanges):
             hi = self.config.heartbeat_interval_for(key.group)
-            result = state.claim(sender, parse_ranges(message.slots), ts, hi)
+            result = state.claim(sender, parse_ranges(message.slots), ts, hi, announced)
             verdict = Verdict.KEY_RANGES_CLAIMED
         elif isinstance(message, KeyRangesHeartbeat):
-            result = state.heartbeat(sender, message.offset, ts)
+            result = state.heartbeat(sender, message.offset, ts, announced)
             verdict = Verdict.KEY_RANGES_HEARTBEAT
         elif isinstance(message, ReleasingKeyRanges):
             result = state.release(sender, parse_ranges(message.slots), message.offset)
@@ -435,6 +462,7 @@ class Rationalizer:
                     life: GroupLife) -> Verdict:
         if message.active:
             life.seen(sender, ts, self.config.heartbeat_interval_for(message.group_id))
+            life.announced(sender, message.heartbeat_interval_ms)
             if message.capacity >= 0:
                 life.capacities[sender] = message.capacity
             else:
@@ -445,15 +473,19 @@ class Rationalizer:
 
     def _transition(
         self, claim: ClaimState, key: PartitionKey, sender: Owner, message: PartitionMessage,
-        ts: int,
+        ts: int, announced: int | None,
     ) -> Verdict:
+        """``announced``: the heartbeat interval the sender announced as a member (None:
+        none); a claim is judged by its owner's."""
         if isinstance(message, ClaimingPartition):
-            return self._claim(claim, key, sender, ts)
+            return self._claim(claim, key, sender, ts, announced)
         if claim.owner != sender:
             return Verdict.NOT_OWNER
         if isinstance(message, Heartbeat):
             claim.last_heartbeat_ms = ts
             claim.committed_offset = message.offset
+            if announced is not None:
+                claim.heartbeat_interval_ms = announced
             return Verdict.HEARTBEAT
         if isinstance(message, ReleasingPartition):
             claim.owner = None
@@ -464,6 +496,7 @@ class Rationalizer:
                 claim.amo_claimed_offset = message.offset - 1
             claim.last_release_ms = ts
             claim.released_by = sender
+            claim.heartbeat_interval_ms = None
             return Verdict.RELEASED
         if isinstance(message, ClaimingMessages):
             previous = claim.amo_claimed_offset
@@ -473,25 +506,34 @@ class Rationalizer:
         # A registered extension this rationalizer does not interpret (yet).
         return Verdict.UNKNOWN_TYPE
 
-    def _claim(self, claim: ClaimState, key: PartitionKey, sender: Owner, ts: int) -> Verdict:
+    def _claim(self, claim: ClaimState, key: PartitionKey, sender: Owner, ts: int,
+               announced: int | None) -> Verdict:
         owner = claim.owner
         if owner == sender:
             claim.last_heartbeat_ms = ts
+            if announced is not None:
+                claim.heartbeat_interval_ms = announced
             return Verdict.CLAIM_RENEWED
         if owner is not None and owner.client_id == sender.client_id:
             # A restarted process of the same logical consumer takes its partitions back.
-            claim.owner = sender
-            claim.claimed_at_ms = ts
-            claim.last_heartbeat_ms = ts
-            return Verdict.CLAIM_RECLAIMED
-        if owner is not None and claim.last_heartbeat_ms is not None:
-            hi = self.config.heartbeat_interval_for(key.group)
-            if ts - claim.last_heartbeat_ms <= 2 * hi:
-                return Verdict.CLAIM_LOST
+            verdict = Verdict.CLAIM_RECLAIMED
+        elif owner is not None and claim.last_heartbeat_ms is not None and \
+                ts - claim.last_heartbeat_ms <= 2 * self._claim_interval(key, claim):
+            return Verdict.CLAIM_LOST  # held: judged by the interval its owner announced
+        else:
+            verdict = Verdict.CLAIM_WON
         claim.owner = sender
         claim.claimed_at_ms = ts
         claim.last_heartbeat_ms = ts
-        return Verdict.CLAIM_WON
+        claim.heartbeat_interval_ms = announced
+        return verdict
+
+    def _claim_interval(self, key: PartitionKey, claim: ClaimState) -> int:
+        """The interval a claim is judged by: its owner's announced one, else the group's
+        configured one."""
+        if claim.heartbeat_interval_ms is not None:
+            return claim.heartbeat_interval_ms
+        return self.config.heartbeat_interval_for(key.group)
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -510,6 +552,7 @@ class Rationalizer:
                     if k.group == group and k.topic == topic},
             key_shared={k.partition: v for k, v in self._key_shared.items()
                         if k.group == group and k.topic == topic},
+            sequences=self._sequences.get((group, topic)) or PairSequences(),
         ))
 
     def restore(self, partition: int, checkpoint: Checkpoint) -> None:
@@ -532,6 +575,9 @@ class Rationalizer:
             self._shares[PartitionKey(group, topic, p)] = share
         for p, keys in state.key_shared.items():
             self._key_shared[PartitionKey(group, topic, p)] = keys
+        self._sequences.pop((group, topic), None)
+        if not state.sequences.is_empty():
+            self._sequences[(group, topic)] = state.sequences
         self._restored_at[(group, topic)] = (partition, checkpoint.position)
 
     def skip_to(self, coordination_partition: int, position: int) -> None:
@@ -575,22 +621,50 @@ class Rationalizer:
             last_release_ms=state.last_release_ms,
             released_by=state.released_by,
             amo_claimed_offset=state.amo_claimed_offset,
-            heartbeat_interval_ms=self.config.heartbeat_interval_for(key.group),
+            heartbeat_interval_ms=self._claim_interval(key, state),
         )
 
     def members(self, group: str, topic: str, now_ms: int) -> list[Owner]:
         """Live members of ``group`` consuming ``topic`` as of ``now_ms``, sorted.
 
         A member is live while its last MemberHeartbeat, heartbeat or claim is at most 2 HI
-        old; a MemberHeartbeat with active=0 removes it at once, and a restarted instance of
-        the same client replaces the old one when it reclaims. Of several live instances of
-        one client id only the one seen last counts (a restarted process and its dead
-        predecessor are one member).
+        old (the HI it announced, else the configured one); a MemberHeartbeat with active=0
+        removes it at once, and a restarted instance of the same client replaces the old one
+        when it reclaims. Of several live instances of one client id only the one seen last
+        counts (a restarted process and its dead predecessor are one member).
         """
         life = self._groups.get((group, topic))
         if life is None:
             return []
         return life.live(now_ms, self.config.heartbeat_interval_for(group))
+
+    def member_interval(self, group: str, topic: str, member: Owner) -> int:
+        """The heartbeat interval ``member`` is judged by: the one it announced, else the
+        group's configured one."""
+        life = self._groups.get((group, topic))
+        hi = self.config.heartbeat_interval_for(group)
+        return hi if life is None else life.interval_of(member, hi)
+
+    def announced_interval(self, group: str, topic: str, member: Owner) -> int | None:
+        """The heartbeat interval ``member`` announced (None: none, or not tracked)."""
+        life = self._groups.get((group, topic))
+        return None if life is None else life.intervals.get(member)
+
+    def group_interval(self, group: str, topic: str, now_ms: int, *,
+                       excluding_client: str | None = None) -> tuple[Owner, int] | None:
+        """The heartbeat interval of ``group`` on ``topic`` as its members announce it: that
+        of the live member, among those that announced one, that joined first (ties: the
+        lowest owner), with that member; None when no live member announced one.
+        ``excluding_client``: leave that client id's processes out."""
+        life = self._groups.get((group, topic))
+        if life is None:
+            return None
+        live = [m for m in life.live(now_ms, self.config.heartbeat_interval_for(group))
+                if m in life.intervals and m.client_id != excluding_client]
+        if not live:
+            return None
+        first = min(live, key=lambda m: (life.joined.get(m, life.members[m]), m))
+        return first, life.intervals[first]
 
     def member_capacity(self, group: str, topic: str, member: Owner) -> int | None:
         """The most partitions ``member`` announced it will hold, or None for no limit."""
@@ -669,6 +743,12 @@ class Rationalizer:
             return (f"signed {skew // 1000} s away from its broker time (more than "
                     f"{self.config.auth_max_skew_ms // 1000} s): a replayed record")
         return None
+
+    def sequenced(self, group: str, topic: str) -> bool:
+        """True once the authenticated pair accepted a record with a sequence number (its
+        members run a marshal_py that signs with them; see :class:`PairSequences`)."""
+        sequences = self._sequences.get((group, topic))
+        return sequences is not None and sequences.sequenced
 
     def rejected_count(self, group: str | None = None) -> int:
         """Records about authenticated groups that were rejected (of ``group``, or all)."""

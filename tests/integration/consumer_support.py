@@ -448,9 +448,12 @@ class Cluster:
         self.producer = Producer(bootstrap, self.topic, partitions)
 
     def spawn(self, client_id: str, mode: str = "alo", extra: Sequence[str] = (),
-              topic: str | None = None) -> ConsumerProcess:
+              topic: str | None = None, hi: float | None = None) -> ConsumerProcess:
+        """Start a `marshal consume` process (``hi``: its --heartbeat-interval, by default
+        the cluster's)."""
         proc = ConsumerProcess(self.bootstrap, self.ctopic, self.group, topic or self.topic,
-                               client_id, self.workdir, mode=mode, hi=self.hi, extra=extra)
+                               client_id, self.workdir, mode=mode,
+                               hi=self.hi if hi is None else hi, extra=extra)
         self.processes.append(proc)
         return proc
 

@@ -1,5 +1,6 @@
-"""Authenticated groups on the real broker: members sign, forgeries are rejected and counted,
-keys rotate, a member without the key refuses to run, and `marshal state` shows rejections."""
+"""Authenticated groups on the real broker: members sign, forgeries and replays are rejected
+and counted, keys rotate, a member without the key refuses to run, and `marshal state` shows
+rejections."""
 
 from __future__ import annotations
 
@@ -16,10 +17,14 @@ import pytest
 from marshal_py import ConfigurationError, GroupKey, Marshaler
 from marshal_py.client.consumer import Consumer
 from marshal_py.log import KafkaLog, KafkaLogConfig
+from marshal_py.log.checkpoints import read_range
 from marshal_py.protocol import (
     ClaimingPartition,
+    DecodeError,
+    Heartbeat,
     ReleasingPartition,
     coordination_partition,
+    decode_signed,
     encode,
     sign,
 )
@@ -66,7 +71,7 @@ def test_forged_records_change_nothing_and_keys_rotate(kafka_bootstrap: str, uni
             log.append(cp, encode(ReleasingPartition(now, m1.instance_id, "w1", group, topic,
                                                      victim, 0)))
             log.append(cp, sign(encode(ClaimingPartition(now, "ffff0001", "thief", group,
-                                                         topic, victim)), FORGER))
+                                                         topic, victim)), FORGER, 1))
             end = log.end_position(cp)
         wait_for(lambda: m1.rationalizer.next_position(cp) >= end, "w1 to read the forgeries")
         wait_for(lambda: m2.rationalizer.next_position(cp) >= end, "w2 to read the forgeries")
@@ -104,10 +109,47 @@ def test_forged_records_change_nothing_and_keys_rotate(kafka_bootstrap: str, uni
             counts = json.loads(audit.stdout)["coordination"]
             assert sum(row["rejected"] for row in counts) == rejected
 
+        # w1 processes its partition; then a copy of one of its first heartbeats (offset 0,
+        # written seconds ago: within the skew bound) is appended again. It is refused as a
+        # replay and the committed offset does not move back.
+        got: list[object] = []
+
+        def five_records() -> bool:
+            got.extend(c1.poll(timeout_s=0.2))
+            return len(got) >= 5
+
+        wait_for(five_records, "w1's five records")
+        c1.commit_batch(got)
+        for m in (m1, m2):
+            wait_for(lambda m=m: m.rationalizer.claim(group, topic, victim).committed_offset
+                     == 5, "w1's commit of 5")
+        with KafkaLog(KafkaLogConfig(bootstrap_servers=kafka_bootstrap, topic=ctopic)) as log:
+            first_beat = next(r.value for r in read_range(log, cp, 0, log.end_position(cp))
+                              if _heartbeat_of(r.value, "w1", victim, 0))
+            copy = log.append(cp, first_beat)
+        for m in (m1, m2):
+            wait_for(lambda m=m: m.rationalizer.next_position(cp) > copy.position,
+                     "the members to read the copy")
+            assert m.rationalizer.claim(group, topic, victim).committed_offset == 5
+            assert m.rationalizer.claim(group, topic, victim).owner == m1.me
+            assert m.rationalizer.rejected_count(group) == 3
+        assert held(c1) == {victim}
+
         # A member without the group's keys refuses to take part.
         with Marshaler(kafka_bootstrap, group, "w3", **common) as m3, \
                 pytest.raises(ConfigurationError, match=r"is authenticated .* no key"):
             m3.consumer([topic], offset_reset="earliest")
+
+
+def _heartbeat_of(value: bytes | None, client: str, partition: int, offset: int) -> bool:
+    """Is ``value`` a signed Heartbeat of ``client`` on ``partition`` at ``offset``?"""
+    try:
+        message, signature = decode_signed(value or b"")
+    except DecodeError:
+        return False
+    return (signature is not None and isinstance(message, Heartbeat)
+            and message.client_id == client and message.partition == partition
+            and message.offset == offset)
 
 
 def test_a_bad_key_file_is_one_line_on_the_cli(kafka_bootstrap: str, tmp_path: Path) -> None:

@@ -108,7 +108,8 @@ def test_groups_shows_stable_with_a_live_consumer_and_empty_after_it_closes(
         groups = setup.json("groups")
         assert groups == [{"group": setup.group, "state": "stable", "topics": [
             {"topic": setup.topic, "state": "stable",
-             "members": [{"client_id": "w1", "instance_id": m.instance_id}],
+             "members": [{"client_id": "w1", "instance_id": m.instance_id,
+                          "heartbeat_interval_s": float(HI)}],
              "since_ms": groups[0]["topics"][0]["since_ms"],  # type: ignore[index]
              "since": groups[0]["topics"][0]["since"],  # type: ignore[index]
              "expires_at_ms": None, "expires_at": None}]}]

@@ -34,6 +34,7 @@ from tests.integration.consumer_support import (
     broker_bootstrap,
     now_ms,
     run_marshal,
+    state_json,
     wait_for,
 )
 
@@ -372,6 +373,47 @@ def test_a_second_live_process_with_the_same_client_id_exits_2(cluster: Cluster)
     assert first.alive()
     cluster.watcher.wait_balanced([first.instance_id], PARTITIONS, timeout=20)
     stop_gracefully([first])
+
+
+def test_a_member_with_another_heartbeat_interval_exits_2_and_nothing_is_delivered_twice(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    # As a user tried it: one member with the default interval (10 s), one with 1 s, one
+    # group, 4 partitions, 3,000 records.
+    c = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4, hi=10.0)
+    try:
+        produced = c.producer.send(3_000)
+        slow = c.spawn("slow")
+        slow.wait_joined()
+        c.watcher.wait_balanced([slow.instance_id], 4, timeout=30, partitions=4)
+        # Views judge slow's claims by the interval it announced, whatever their own setting.
+        rows = state_json(c.bootstrap, c.ctopic, c.group, c.topic, hi=0.001)
+        assert len(rows) == 4 and {r["status"] for r in rows} <= {"fresh", "unknown"}, rows
+        groups = run_marshal("groups", "--json", "--bootstrap-servers", c.bootstrap,
+                             "--coordination-topic", c.ctopic, "--group", c.group)
+        assert groups.returncode == 0, groups.stderr
+        members = json.loads(groups.stdout)[0]["topics"][0]["members"]
+        assert members == [{"client_id": "slow", "instance_id": slow.instance_id,
+                            "heartbeat_interval_s": 10.0}]
+        fast = c.spawn("fast", hi=1.0)
+        assert fast.wait(timeout=60) == 2, fast.stderr_text()
+        stderr = fast.stderr_text()
+        assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr, stderr
+        assert stderr.startswith(
+            f"marshal: error: group {c.group!r} runs with a heartbeat interval of 10 s "
+            f"(announced on {c.topic} by slow, instance {slow.instance_id}), and this "
+            "member's is 1 s: give every member of a group the same heartbeat interval "
+            "(heartbeat_interval=10, marshal consume --heartbeat-interval 10)"), stderr
+        assert fast.printed() == []
+        c.wait_consumed(produced, timeout=60, procs=[slow])
+        delivered = Counter(c.printed())
+        assert set(delivered) == set(produced)
+        assert [tp for tp, n in delivered.items() if n > 1] == []  # no record twice
+        c.watcher.refresh()
+        assert [e for e in c.watcher.events if e.sender.client_id == "fast"] == []  # it wrote
+        assert {o.client_id for o in c.watcher.owners(4).values() if o} == {"slow"}  # nothing
+        stop_gracefully([slow])
+    finally:
+        c.close()
 
 
 def test_sigterm_releases_at_once_and_the_other_member_takes_over(cluster: Cluster) -> None:

@@ -39,7 +39,8 @@ def message_for(kind: str, sender: tuple[str, str], pair: tuple[str, str], parti
         "heartbeat": lambda: Heartbeat(*base, a),
         "release": lambda: ReleasingPartition(*base, a),
         "messages": lambda: ClaimingMessages(*base, a),
-        "member": lambda: MemberHeartbeat(*base[:5], 1, a % 3 - 1),
+        "member": lambda: MemberHeartbeat(*base[:5], 1, a % 3 - 1,
+                                          (0, 500, 1_000, 3_000)[b % 4]),  # announced HI
         "leave": lambda: MemberHeartbeat(*base[:5], 0, -1),
         "share-init": lambda: InitializingSharePartition(*base, a, 3, 20),
         "acquire": lambda: AcquiringRecords(*base, f"{a}-{a + 3}", 2_000),

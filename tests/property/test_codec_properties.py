@@ -36,7 +36,8 @@ messages: st.SearchStrategy[Message] = st.one_of(
     st.builds(ReleasingPartition, **_base(), offset=ints64),
     st.builds(ClaimingMessages, **_base(), proposed_last_offset=ints64),
     st.builds(MemberHeartbeat, sent_at=timestamps, instance_id=ids, client_id=ids, group_id=ids,
-              topic=ids, active=st.integers(0, 1), capacity=st.integers(-1, 10_000)),
+              topic=ids, active=st.integers(0, 1), capacity=st.integers(-1, 10_000),
+              heartbeat_interval_ms=st.integers(0, 3_600_000)),
 )
 
 

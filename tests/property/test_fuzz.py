@@ -4,17 +4,22 @@ Each hypothesis example expands a seed into a log of ~1,100 records: the valid r
 protected group (every kind of message, from a few members, time moving on), interleaved with
 garbage — random bytes, valid records of other groups mutated (bits flipped, bytes cut,
 inserted or swapped, fields exchanged), and in the authenticated variant also the protected
-group's own signed records, mutated. Two properties, checked on every record:
+group's own signed records, mutated or copied unchanged to a later position (replays, most
+of them within the skew bound of their writing). Two properties, checked on every record:
 
 * nothing but :class:`DecodeError` ever escapes ``decode``, and ``Rationalizer.apply`` never
   raises;
 * garbage never changes another group's state: the protected group's state after the mixed
   log equals its state after its own records alone (compared after every 20th of its
-  records and at the end: comparing the JSON snapshots is what costs most).
+  records and at the end: comparing the JSON snapshots is what costs most). In the
+  authenticated variant, a reader restored from a checkpoint of the mixed log taken at a
+  random point, which then reads the rest of the mixed log (replays of records from before
+  its checkpoint included), must agree too.
 
 In the unauthenticated variant a mutation may happen to produce a *valid* record about the
 protected group (a changed digit in an offset): such records are not garbage and are left out
-of the log. With authentication every mutation of a signed record must be rejected.
+of the log. With authentication every mutation and every copy of a signed record must be
+rejected.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from marshal_py.protocol import DecodeError, GroupKey, Message, decode, encode, sign
+from marshal_py.protocol import Checkpoint, DecodeError, GroupKey, Message, decode, encode, sign
 from marshal_py.world import CoordinationRecord, Rationalizer, RationalizerConfig
 from tests.property.streams import KINDS, message_for
 
@@ -40,6 +45,7 @@ RECORDS_PER_EXAMPLE = 1_100
 #: 100 examples: 110,000 records per variant and run; MARSHAL_FUZZ_EXAMPLES runs longer.
 EXAMPLES = int(os.environ.get("MARSHAL_FUZZ_EXAMPLES", "100"))
 COMPARE_EVERY = 20  # the protected group's state is compared after every 20th own record
+RECENT = 30  # half the replays copy one of the last 30 own records: within the skew bound
 
 
 def _valid(rng: random.Random, pair: tuple[str, str], now_ms: int) -> Message:
@@ -93,39 +99,63 @@ def _state(r: Rationalizer) -> str:
 def _run(seed: int, garbage_share: float, authenticated: bool) -> None:
     rng = random.Random(seed)
     keys = {PROTECTED[0]: (KEY,)} if authenticated else {}
-    mixed = Rationalizer(RationalizerConfig(1, HI, group_keys=keys))
-    clean = Rationalizer(RationalizerConfig(1, HI, group_keys=keys))
+    config = RationalizerConfig(1, HI, group_keys=keys)
+    mixed = Rationalizer(config)
+    clean = Rationalizer(config)
+    #: A reader that starts from a checkpoint of the mixed log (authenticated variant).
+    restored: Rationalizer | None = None
+    restore_at = rng.randrange(RECORDS_PER_EXAMPLE // 4, RECORDS_PER_EXAMPLE * 3 // 4)
     now = 1_700_000_000_000
     own: list[bytes] = []
+    seq = 0
+
+    def apply_mixed(record: CoordinationRecord) -> None:
+        mixed.apply(record)  # must not raise
+        if restored is not None:
+            restored.apply(record)
+
+    def agree(where: str) -> None:
+        assert _state(mixed) == _state(clean), where
+        if restored is not None:
+            assert _state(restored) == _state(clean), f"restored, {where}"
+
     for position in range(RECORDS_PER_EXAMPLE):
         now += rng.choice((0, 1, 50, 300, 900, 2_500))
+        if authenticated and restored is None and position >= restore_at:
+            restored = Rationalizer(config)
+            restored.restore(0, Checkpoint(now // 1000, "i9", "z", *PROTECTED, position,
+                                           _state(mixed)))
+            restored.skip_to(0, position)
         if rng.random() >= garbage_share:
             body = encode(_valid(rng, PROTECTED, now))
-            value = sign(body, KEY) if authenticated else body
+            seq += 1
+            value = sign(body, KEY, seq) if authenticated else body
             own.append(value)
             record = CoordinationRecord(0, position, now, value)
-            mixed.apply(record)
+            apply_mixed(record)
             clean.apply(record)
             if len(own) % COMPARE_EVERY == 0:
-                assert _state(mixed) == _state(clean), f"seed {seed}, position {position}"
+                agree(f"seed {seed}, position {position}")
             continue
-        kind = rng.randrange(4)
+        kind = rng.randrange(5 if authenticated and own else 3)
         if kind == 0:
             value = rng.randbytes(rng.randint(0, 80))
         elif kind == 1:
             value = encode(_valid(rng, rng.choice(OTHERS), now))  # another group's record
-        elif kind == 2 or not (authenticated and own):
+        elif kind == 2:
             value = _mutate(rng, encode(_valid(rng, rng.choice([*OTHERS, PROTECTED]), now)))
-        else:
+        elif kind == 3:
             value = _mutate(rng, rng.choice(own))  # the protected group's own, tampered with
-            if value in own:
-                continue  # a mutation that changed nothing is a replay, not garbage
+        else:  # a copy of one of its own, appended again
+            value = rng.choice(own[-RECENT:] if rng.random() < 0.5 else own)
         if not authenticated and _about_protected(value):
             continue  # a valid record about the protected group: not garbage
         with contextlib.suppress(DecodeError):  # anything else escaping is a failure
             decode(value)
-        mixed.apply(CoordinationRecord(0, position, now, value))  # must not raise
-    assert _state(mixed) == _state(clean), f"seed {seed}"
+        apply_mixed(CoordinationRecord(0, position, now, value))
+    agree(f"seed {seed}")
+    if authenticated:
+        assert restored is not None
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])

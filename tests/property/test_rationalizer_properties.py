@@ -1,7 +1,8 @@
 """Invariants of the rationalizer under random interleavings of every client's records.
 
 Checked after every record: an owner changes only through a valid claim (the old owner was
-released, stale for more than 2 HI at the claim's timestamp, or the same client restarted);
+released, stale for more than 2 HI at the claim's timestamp — the HI the owner announced in
+its membership heartbeats, else the configured one — or the same client restarted);
 only the owner moves the committed offset; the AMO-confirmed offset only grows, except that
 the owner's release lowers it to its released offset - 1; replays are deterministic whatever
 the chunking, re-deliveries and query times.
@@ -16,6 +17,7 @@ from marshal_py.protocol import (
     ClaimingMessages,
     ClaimingPartition,
     Heartbeat,
+    MemberHeartbeat,
     Message,
     ReleasingPartition,
     coordination_partition,
@@ -37,7 +39,8 @@ SENDERS = [("i1", "a"), ("i2", "a"), ("i3", "b"), ("i4", "c")]
 KEYS = [("g1", "t", 0), ("g1", "t", 1), ("g2", "t", 0), ("g1", "u", 0)]
 
 op = st.tuples(
-    st.sampled_from(["claim", "claim", "heartbeat", "heartbeat", "release", "messages", "junk"]),
+    st.sampled_from(["claim", "claim", "heartbeat", "heartbeat", "release", "messages",
+                     "member", "junk"]),
     st.sampled_from(SENDERS),
     st.sampled_from(KEYS),
     st.integers(0, 3 * HI),   # time since the previous record
@@ -62,6 +65,8 @@ def build(ops: list[tuple[str, tuple[str, str], tuple[str, str, int], int, int]]
             message = ReleasingPartition(*base, offset)
         elif kind == "messages":
             message = ClaimingMessages(*base, offset)
+        elif kind == "member":  # announces one of several intervals (0: none)
+            message = MemberHeartbeat(*base[:5], 1, -1, (0, HI // 2, HI, 3 * HI)[offset % 4])
         else:
             message = None
         cp = coordination_partition(topic, COORD)
@@ -92,8 +97,8 @@ def test_ownership_changes_only_through_valid_claims_and_releases(ops: list) -> 
             old = before.get(key)
             old_owner = old.owner if old else None
             old_offset = old.committed_offset if old else None
-            touched = message is not None and (
-                message.group_id, message.topic, message.partition) == key
+            touched = message is not None and (  # a membership heartbeat touches no claim
+                message.group_id, message.topic, getattr(message, "partition", None)) == key
             if not touched:
                 assert old == now, "a record changed a partition it is not about"
                 continue
@@ -106,7 +111,9 @@ def test_ownership_changes_only_through_valid_claims_and_releases(ops: list) -> 
                     assert isinstance(message, ClaimingPartition) and now.owner == sender
                     if old_owner is not None and old_owner.client_id != sender.client_id:
                         assert old is not None and old.last_heartbeat_ms is not None
-                        assert record.timestamp_ms - old.last_heartbeat_ms > 2 * HI
+                        # stale by the interval its owner announced (else the configured)
+                        assert record.timestamp_ms - old.last_heartbeat_ms \
+                            > 2 * old.heartbeat_interval_ms
             if now.committed_offset != old_offset:
                 assert isinstance(message, (Heartbeat, ReleasingPartition))
                 assert sender == old_owner

@@ -7,8 +7,16 @@ import random
 import pytest
 
 from marshal_py.client.engine import EngineConfig, MemberEngine
-from marshal_py.errors import BrokerUnavailableError, ClientIdInUseError
+from marshal_py.errors import BrokerUnavailableError, ClientIdInUseError, ConfigurationError
 from marshal_py.log import MemoryLog, VirtualClock, catch_up
+from marshal_py.protocol import (
+    ClaimingPartition,
+    GroupKey,
+    MemberHeartbeat,
+    coordination_partition,
+    encode,
+    sign_v2,
+)
 from marshal_py.world import Rationalizer, RationalizerConfig, Verdict
 from tests.simulation.harness import MemoryTopic, SimClock
 
@@ -33,13 +41,17 @@ class World:
         self.topic = MemoryTopic("orders", partitions)
         self.rng = random.Random(1)
 
-    def member(self, client: str, instance: str | None = None, **options: object) -> MemberEngine:
+    def member(self, client: str, instance: str | None = None,
+               keys: tuple[GroupKey, ...] = (), hi: int = HI, start: bool = True,
+               **options: object) -> MemberEngine:
         config = EngineConfig(group_id="g", client_id=client,
                               instance_id=instance or f"{self.rng.getrandbits(32):08x}",
-                              topics=("orders",), heartbeat_interval_ms=HI, **options)  # type: ignore[arg-type]
-        engine = MemberEngine(config, self.log, Rationalizer(RationalizerConfig(2, HI)),
-                              self.topic, SimClock(self.clock), random.Random(self.rng.random()))
-        engine.start()
+                              topics=("orders",), heartbeat_interval_ms=hi, **options)  # type: ignore[arg-type]
+        r = Rationalizer(RationalizerConfig(2, hi, group_keys={"g": keys} if keys else {}))
+        engine = MemberEngine(config, self.log, r, self.topic, SimClock(self.clock),
+                              random.Random(self.rng.random()))
+        if start:
+            engine.start()
         return engine
 
     def run(self, engines: list[MemberEngine], ms: int, step: int = 100) -> None:
@@ -168,6 +180,80 @@ def test_two_live_processes_with_one_client_id_is_an_error() -> None:
     second = w.member("a")
     with pytest.raises(ClientIdInUseError, match="client id 'a'"):
         w.run([first, second], 2 * HI)
+
+
+KEY = GroupKey("k1", b"a-group-secret-of-32-bytes-00001")
+
+
+def _older_member_writes(w: World, client: str) -> None:
+    """A member of an older marshal_py (Signed/2 records, no sequence numbers) joins "g"."""
+    cp = coordination_partition("orders", 2)
+    now = w.clock() // 1000
+    for message in (MemberHeartbeat(now, "0ld00001", client, "g", "orders", 1, -1),
+                    ClaimingPartition(now, "0ld00001", client, "g", "orders", 0)):
+        w.log.append(cp, sign_v2(encode(message), KEY))
+
+
+def test_a_member_refuses_to_join_an_authenticated_group_run_by_an_older_version() -> None:
+    w = World(partitions=2)
+    _older_member_writes(w, "old")
+    with pytest.raises(ConfigurationError, match=r"live members that sign without sequence "
+                       r"numbers \(an older marshal_py\) on orders: old \(instance 0ld00001\)"
+                       r"; .*stop every member of the group, upgrade them all"):
+        w.member("new", keys=(KEY,))
+    w.clock.advance(2 * HI + 1)  # the old member stopped (stale): the upgraded one starts
+    upgraded = w.member("new", keys=(KEY,))
+    w.run([upgraded], 3 * HI)
+    assert held(upgraded) == [0, 1]
+
+
+def test_a_member_stops_when_an_older_version_writes_to_its_group() -> None:
+    w = World(partitions=2)
+    upgraded = w.member("new", keys=(KEY,))
+    w.run([upgraded], HI)
+    _older_member_writes(w, "old")
+    with pytest.raises(ConfigurationError, match=r"signs without sequence numbers \(an older "
+                       r"marshal_py\) wrote to the coordination log after this member joined"):
+        w.run([upgraded], 200)
+
+
+def test_a_member_with_another_heartbeat_interval_refuses_to_join() -> None:
+    w = World(partitions=4)
+    first = w.member("a", hi=10 * HI)
+    w.run([first], HI)
+    with pytest.raises(ConfigurationError, match=r"group 'g' runs with a heartbeat interval of "
+                       r"10 s \(announced on orders by a, instance \w+\), and this member's "
+                       r"is 1 s: give every member of a group the same heartbeat interval "
+                       r"\(heartbeat_interval=10, marshal consume --heartbeat-interval 10\)"):
+        w.member("b", hi=HI)
+    assert w.owners() == {p: "a" for p in range(4)}  # b wrote nothing: a keeps its share
+    same = w.member("c", hi=10 * HI)  # the group's own interval: welcome
+    w.run([first, same], 30 * HI)
+    assert sorted(held(first) + held(same)) == [0, 1, 2, 3] and held(same)
+
+
+def test_of_two_members_that_joined_at_once_with_different_intervals_the_later_stops() -> None:
+    w = World(partitions=4)
+    first = w.member("a", hi=10 * HI)
+    second = w.member("b", hi=HI, start=False)
+    # b joins at the same moment: it cannot have read a's announcement yet.
+    second._check_heartbeat_interval = lambda: None  # type: ignore[method-assign]
+    second.start()
+    del second._check_heartbeat_interval
+    stopped: ConfigurationError | None = None
+    for _ in range(20):
+        w.clock.advance(100)
+        first.tick()  # never stops: it joined first
+        try:
+            second.tick()
+        except ConfigurationError as exc:
+            stopped = exc
+            break
+    assert stopped is not None and "runs with a heartbeat interval of 10 s" in str(stopped)
+    assert "by a, " in str(stopped) and "this member's is 1 s" in str(stopped)
+    second.close()  # what the consumer does with a fatal error: b leaves
+    w.run([first], 30 * HI)  # a never stopped: it holds everything
+    assert held(first) == [0, 1, 2, 3]
 
 
 def test_amo_starts_after_the_highest_confirmed_offset() -> None:

@@ -288,10 +288,10 @@ def test_engines_check_signatures_with_auth_keys(kafka_bootstrap: str, tmp_path:
     g, home = "secure.job", coordination_partition("events", CP)
     at = T0 // 1000
     records = [
-        sign(encode(ClaimingPartition(at, "aaaa0001", "w1", g, "events", 0)), key),
-        sign(encode(Heartbeat(at, "aaaa0001", "w1", g, "events", 0, 40)), key),
+        sign(encode(ClaimingPartition(at, "aaaa0001", "w1", g, "events", 0)), key, 1),
+        sign(encode(Heartbeat(at, "aaaa0001", "w1", g, "events", 0, 40)), key, 2),
         encode(Heartbeat(at, "ffff0009", "mallory", g, "events", 0, 5)),  # unsigned
-        sign(encode(ClaimingPartition(at, "ffff0009", "mallory", g, "events", 1)), wrong),
+        sign(encode(ClaimingPartition(at, "ffff0009", "mallory", g, "events", 1)), wrong, 1),
     ]
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
     for i, value in enumerate(records):

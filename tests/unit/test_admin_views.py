@@ -74,7 +74,8 @@ def test_groups_json_nests_topics_under_their_group() -> None:
     assert [(g["group"], g["state"]) for g in out] == [("g.gone", "empty"), ("g.live", "stable")]
     live = out[1]["topics"]
     assert isinstance(live, list)
-    assert live[0]["members"] == [{"client_id": "w1", "instance_id": "i-w1"}]
+    assert live[0]["members"] == [{"client_id": "w1", "instance_id": "i-w1",
+                                   "heartbeat_interval_s": None}]  # announced none
     assert set(live[1]) == {"topic", "state", "members", "since_ms", "since",
                             "expires_at_ms", "expires_at"}
     assert live[1]["expires_at"] is not None and live[1]["expires_at"].endswith("+00:00")

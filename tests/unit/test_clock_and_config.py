@@ -44,6 +44,20 @@ def test_kafka_config_goes_only_to_the_clients_that_know_each_setting() -> None:
     assert all(c["security_protocol"] == "PLAINTEXT" for c in (consumer, producer, admin))
 
 
+@pytest.mark.parametrize("setting", [{"acks": 1}, {"enable_idempotence": False},
+                                     {"retries": 0},
+                                     {"max_in_flight_requests_per_connection": 6}])
+def test_settings_that_would_lose_or_reorder_coordination_records_are_refused(
+        setting: dict[str, object]) -> None:
+    name = next(iter(setting))
+    with pytest.raises(ConfigurationError, match=rf"kafka_config sets {name}=.*coordination "
+                       r"producer cannot use.*in the order they were sent"):
+        KafkaLogConfig(kafka_config=setting)
+    ok = {"acks": "all", "enable_idempotence": True, "retries": 5,
+          "max_in_flight_requests_per_connection": 5}
+    KafkaLogConfig(kafka_config={name: ok[name]})
+
+
 def test_unknown_kafka_settings_are_a_clear_error() -> None:
     with pytest.raises(ConfigurationError, match=r"unknown kafka-python setting.*chek_crcs"):
         KafkaLogConfig(kafka_config={"chek_crcs": False})

@@ -121,6 +121,23 @@ def test_member_heartbeat_is_a_version_2_extension() -> None:
     assert info.value.kind is DecodeErrorKind.UNKNOWN_VERSION
 
 
+def test_member_heartbeat_version_3_announces_the_heartbeat_interval() -> None:
+    from marshal_py.protocol import MemberHeartbeat
+
+    message = MemberHeartbeat(1700000000, "ab12cd34", "worker/1", "team.job", "events", 1, 4,
+                              10_000)
+    wire = encode(message)
+    assert wire == b"MemberHeartbeat/3/1700000000/ab12cd34/worker%2F1/team.job/events/1/4/10000"
+    assert decode(wire) == message
+    for bad in (b"MemberHeartbeat/3/1700000000/ab12cd34/w/g/events/1/4",  # field count
+                b"MemberHeartbeat/2/1700000000/ab12cd34/w/g/events/1/4/10000",
+                b"MemberHeartbeat/3/1700000000/ab12cd34/w/g/events/1/4/-1",
+                b"MemberHeartbeat/3/1700000000/ab12cd34/w/g/events/1/4/3600001"):
+        with pytest.raises(DecodeError) as info:
+            decode(bad)
+        assert info.value.kind is DecodeErrorKind.MALFORMED, bad
+
+
 def test_share_message_vectors_and_validation() -> None:
     from marshal_py.protocol import (
         AcknowledgingRecords,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from marshal_py.world import ClaimStatus, Owner, Verdict
+from marshal_py.protocol import Checkpoint, ClaimingKeyRanges
+from marshal_py.world import ClaimStatus, Owner, Rationalizer, RationalizerConfig, Verdict
 from tests.support import HI, T0, Scenario
 
 
@@ -344,3 +345,102 @@ def test_the_owners_release_frees_amo_confirmed_offsets_it_never_handed_out() ->
     s2.claim_messages("a", at=1, last=5)
     s2.release("a", at=2, offset=10)
     assert s2.replay().claim("g", "t", 0).amo_claimed_offset == 5  # never raised by a release
+
+
+# -- announced heartbeat intervals (PROTOCOL.md 5.4) ----------------------------------------
+
+
+def _with_config(s: Scenario, hi_ms: int) -> Rationalizer:
+    """The scenario replayed by a reader configured with another heartbeat interval."""
+    r = Rationalizer(RationalizerConfig(s.partitions, hi_ms))
+    r.apply_all(s.records)
+    return r
+
+
+def test_a_claim_is_judged_by_the_interval_its_owner_announced() -> None:
+    s = Scenario()
+    s.member("slow", at=0, interval_ms=10 * HI)
+    s.claim("slow", at=1)
+    s.member("fast", at=2, interval_ms=HI)
+    s.claim("fast", at=2 * HI + 2)  # stale by the configured HI, not by the owner's
+    s.claim("fast", at=20 * HI + 1)  # 2 of the owner's intervals: still held
+    for hi_ms in (HI, 10 * HI, HI // 10):  # every reader agrees, whatever it is configured with
+        r = _with_config(s, hi_ms)
+        claim = r.claim("g", "t", 0)
+        assert claim.owner == Owner("i-slow", "slow") and claim.heartbeat_interval_ms == 10 * HI
+        assert r.counters[Verdict.CLAIM_LOST] == 2
+        assert claim.status(T0 + 1 + 10 * HI) is ClaimStatus.UNKNOWN
+    s.claim("fast", at=20 * HI + 2)  # more than 2 of the owner's intervals
+    r = _with_config(s, HI)
+    assert r.claim("g", "t", 0).owner == Owner("i-fast", "fast")
+    assert r.claim("g", "t", 0).heartbeat_interval_ms == HI  # now judged by the new owner's
+
+
+def test_an_owner_that_announced_no_interval_is_judged_by_the_readers_own() -> None:
+    s = Scenario()
+    s.member("go-member", at=0)  # version 2: no interval (a Go member writes none either)
+    s.claim("go-member", at=1)
+    s.claim("b", at=2 * HI + 2)
+    assert s.replay().claim("g", "t", 0).owner == Owner("i-b", "b")
+    assert _with_config(s, 10 * HI).claim("g", "t", 0).owner == Owner("i-go-member",
+                                                                         "go-member")
+
+
+def test_members_are_live_for_two_of_their_own_intervals() -> None:
+    s = Scenario()
+    s.member("slow", at=0, interval_ms=10 * HI)
+    s.member("fast", at=0, interval_ms=HI // 2)
+    s.member("quiet", at=0)
+    r = _with_config(s, HI)
+    assert [m.client_id for m in r.members("g", "t", T0 + HI)] == ["fast", "quiet", "slow"]
+    assert [m.client_id for m in r.members("g", "t", T0 + HI + 1)] == ["quiet", "slow"]
+    assert [m.client_id for m in r.members("g", "t", T0 + 2 * HI + 1)] == ["slow"]
+    assert [m.client_id for m in r.members("g", "t", T0 + 20 * HI + 1)] == []
+    assert r.member_interval("g", "t", Owner("i-slow", "slow")) == 10 * HI
+    assert r.member_interval("g", "t", Owner("i-quiet", "quiet")) == HI
+    life = r.group_state("g", "t", T0 + 20 * HI + 1)
+    assert life is not None and life.since_ms == T0 + 20 * HI  # Empty since slow went stale
+
+
+def test_the_groups_interval_is_its_longest_running_members() -> None:
+    s = Scenario()
+    s.member("b", at=5, interval_ms=HI)
+    s.member("a", at=10, interval_ms=2 * HI)
+    s.member("b", at=15, interval_ms=HI)
+    s.member("go", at=0)  # announced none: not part of it
+    r = s.replay()
+    assert r.group_interval("g", "t", T0 + 20) == (Owner("i-b", "b"), HI)
+    assert r.group_interval("g", "t", T0 + 20, excluding_client="b") == (Owner("i-a", "a"),
+                                                                         2 * HI)
+    assert r.group_interval("g", "t", T0 + 3 * HI) == (Owner("i-a", "a"), 2 * HI)  # b stale
+    assert r.group_interval("g", "u", T0) is None
+
+
+def test_key_slots_are_judged_by_their_owners_announced_interval() -> None:
+    s = Scenario()
+    s.member("slow", at=0, interval_ms=10 * HI)
+    s.write(ClaimingKeyRanges(0, "i-slow", "slow", "g", "t", 0, "0-1023"), at=1)
+    s.member("fast", at=2, interval_ms=HI)
+    s.write(ClaimingKeyRanges(0, "i-fast", "fast", "g", "t", 0, "0-511"), at=3 * HI)
+    keys = _with_config(s, HI).key_shared_partition("g", "t", 0)
+    assert keys is not None and keys.owner(0) == Owner("i-slow", "slow")
+    s.write(ClaimingKeyRanges(0, "i-fast", "fast", "g", "t", 0, "0-511"), at=20 * HI + 2)
+    keys = _with_config(s, HI).key_shared_partition("g", "t", 0)
+    assert keys is not None and keys.owner(0) == Owner("i-fast", "fast")
+
+
+def test_announced_intervals_survive_a_checkpoint() -> None:
+    s = Scenario(partitions=1)
+    s.member("slow", at=0, interval_ms=10 * HI)
+    s.claim("slow", at=1)
+    full = _with_config(s, HI)
+    restored = Rationalizer(RationalizerConfig(1, HI))
+    restored.restore(0, Checkpoint(0, "i-x", "x", "g", "t", full.next_position(0),
+                                   full.snapshot("g", "t")))
+    restored.skip_to(0, full.next_position(0))
+    s.claim("fast", at=3 * HI)
+    for r in (full, restored):
+        r.apply(s.records[-1])
+        assert r.claim("g", "t", 0).owner == Owner("i-slow", "slow")
+        assert r.members("g", "t", T0 + 15 * HI) == [Owner("i-slow", "slow")]
+    assert restored.snapshot("g", "t") == full.snapshot("g", "t")
