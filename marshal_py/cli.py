@@ -42,7 +42,7 @@ from marshal_py.client.engine_types import Balance, Mode, OffsetReset
 from marshal_py.client.fetchers import FETCHER_KINDS, FetcherKind
 from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
 from marshal_py.client.key_shared_consumer import KeySharedConsumer
-from marshal_py.client.member_base import DEFAULT_MAX_POLL_INTERVAL_MS
+from marshal_py.client.member_base import DEFAULT_MAX_POLL_INTERVAL_MS, Compat
 from marshal_py.client.settings import ISOLATION_LEVELS, IsolationLevel
 from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
 from marshal_py.errors import CommitFailedError, MarshalError
@@ -349,6 +349,10 @@ def _record_json(record: Any) -> dict[str, object]:
               default=DEFAULT_MAX_POLL_INTERVAL_MS / 1000, show_default=True,
               help="Seconds the record handling may take before this member gives its work "
                    "up to the others (as Kafka's max.poll.interval.ms).")
+@click.option("--compat", type=click.Choice(["v1"]),
+              help="v1: the group is shared with members of the original Marshal (Go): "
+                   "write only its record types and form (alo/amo; use "
+                   "--heartbeat-interval 60).")
 @click.option("--max-records", type=click.IntRange(min=1),
               help="Stop (commit and release) after N records.")
 @click.option("--print", "print_records", is_flag=True,
@@ -361,8 +365,8 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
             max_claims: int | None, release_lag: int | None, lock_duration: float,
             delivery_limit: int, start_datetime: str | None, dead_letter_topic: str | None,
             release_offsets: str, batch_size: int | None, amo_window: float, fetcher: str,
-            isolation_level: str | None, max_poll_interval: float, max_records: int | None,
-            print_records: bool) -> None:
+            isolation_level: str | None, max_poll_interval: float, compat: str | None,
+            max_records: int | None, print_records: bool) -> None:
     """Consume topics as a member of GROUP until SIGTERM / Ctrl-C, then commit and release."""
     from marshal_py.client.marshaler import Marshaler
 
@@ -370,7 +374,8 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
                           coordination_topic=coordination_topic, timeout=timeout,
                           kafka_config=current_kafka_config(),
                           auth_keys=current_group_keys().get(group, ()),
-                          fetcher=cast(FetcherKind, fetcher))
+                          fetcher=cast(FetcherKind, fetcher),
+                          compat=cast(Compat | None, compat))
     try:
         start_metrics(marshaler)  # --metrics-port: serves until the command ends
         reset = cast(OffsetReset, offset_reset)

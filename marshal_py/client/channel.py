@@ -35,13 +35,16 @@ class CoordinationChannel:
 
     def __init__(self, log_: CoordinationLog, rationalizer: Rationalizer, clock: EngineClock,
                  topics: Iterable[str], *, group: str | None = None,
-                 checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS) -> None:
+                 checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS,
+                 checkpoints: bool = True) -> None:
         self.log = log_
         self.rationalizer = rationalizer
         self.clock = clock
         self.topics = tuple(topics)
         self.group = group
         self.checkpoint_interval_ms = checkpoint_interval_ms
+        #: False: never write checkpoints (compatibility mode: the original cannot read them).
+        self.checkpoints = checkpoints
         self.partitions: dict[str, int] = {}
         #: Signs the records of an authenticated group (with the process's sequence
         #: numbers, in the order they are appended).
@@ -78,7 +81,7 @@ class CoordinationChannel:
         member is the first live member (lowest instance id), or two intervals old and this member
         is live at all (the first one may be stuck). Call with the log caught up.
         """
-        if self.group is None:
+        if self.group is None or not self.checkpoints:
             return 0
         written = 0
         now = self.clock.now_ms()
@@ -111,7 +114,7 @@ class CoordinationChannel:
 
     def next_checkpoint_ms(self) -> int | None:
         """When :meth:`maybe_checkpoint` may next have something to write (None: never)."""
-        if self.group is None:
+        if self.group is None or not self.checkpoints:
             return None
         now = self.clock.now_ms()
         due: list[int] = []

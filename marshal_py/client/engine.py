@@ -351,8 +351,14 @@ class MemberEngine(HoldingMember):
                       bounds: tuple[int, int]) -> int:
         beginning, end = bounds
         candidates = []
-        if claim.committed_offset is not None:
-            candidates.append(claim.committed_offset)
+        committed = claim.committed_offset
+        if self.config.compat is not None and not committed:
+            # As the original: a Marshal offset of 0 (or none) means "none"; then the offset
+            # the group committed to Kafka (its members commit there too), if any.
+            committed = self.source.group_committed_offset(self.config.group_id, topic,
+                                                           partition) or committed
+        if committed is not None:
+            candidates.append(committed)
         if self.config.mode == "amo" and claim.amo_claimed_offset is not None:
             candidates.append(claim.amo_claimed_offset + 1)
         if not candidates:

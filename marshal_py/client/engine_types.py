@@ -26,6 +26,11 @@ class PartitionSource(Protocol):
         per broker for each bound, not two per partition)."""
         ...
 
+    def group_committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:
+        """The offset ``group_id`` committed to Kafka itself for a partition (what the
+        original implementation falls back to; compatibility mode), None when none."""
+        ...
+
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         """The first offset whose timestamp is >= ``timestamp_ms``, or None if none is."""
         ...

@@ -26,7 +26,7 @@ from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW
 from marshal_py.client.host import MemberHost
 from marshal_py.client.key_shared_consumer import CommitMode, KeySharedConsumer
 from marshal_py.client.key_shared_engine import KeySharedConfig, KeySharedEngine
-from marshal_py.client.member_base import DEFAULT_MAX_POLL_INTERVAL_MS
+from marshal_py.client.member_base import DEFAULT_MAX_POLL_INTERVAL_MS, Compat
 from marshal_py.client.settings import (
     IsolationLevel,
     MarshalerConfig,
@@ -93,6 +93,12 @@ class Marshaler:
     ``fetcher``: how exclusive consumers fetch records: ``"kafka-python"`` (default) or
     ``"confluent"`` (librdkafka through confluent-kafka, several times faster; install
     ``marshal_py[librdkafka]``). Coordination always goes through kafka-python.
+    ``compat="v1"``: the group is shared with members of the original (Go) implementation
+    (PROTOCOL.md 13.1): this member writes only the original's four record types in its
+    text form (no membership heartbeats, checkpoints or signatures), consumes in ``"alo"`` or
+    ``"amo"`` only, and starts a partition whose Marshal offset is 0 where the original would
+    (the offset the group committed to Kafka, if any). Use the original's heartbeat interval
+    (60 s) in such a group.
     """
 
     def __init__(
@@ -110,12 +116,13 @@ class Marshaler:
         offsets_retention: float = DEFAULT_OFFSETS_RETENTION_MS / 1000,
         auth_keys: Sequence[GroupKey] = (),
         fetcher: FetcherKind = "kafka-python",
+        compat: Compat | None = None,
     ) -> None:
         self.config = MarshalerConfig.from_seconds(
             group_id=group_id, client_id=client_id or default_client_id(),
             heartbeat_interval=heartbeat_interval, replay_window=replay_window,
             checkpoint_interval=checkpoint_interval, offsets_retention=offsets_retention,
-            timeout=timeout, auth_keys=auth_keys, fetcher=fetcher)
+            timeout=timeout, auth_keys=auth_keys, fetcher=fetcher, compat=compat)
         self.group_id = group_id
         self.client_id = self.config.client_id
         self.instance_id = new_instance_id()
@@ -284,6 +291,10 @@ class Marshaler:
         if mode not in CONSUMER_MODES:
             raise ConfigurationError(
                 f"mode must be one of {', '.join(map(repr, CONSUMER_MODES))}, not {mode!r}")
+        if self.config.compat is not None and mode not in ("alo", "amo"):
+            raise ConfigurationError(
+                f"compat={self.config.compat!r} consumes in 'alo' or 'amo' only (the original "
+                f"implementation has no {mode} mode)")
         wanted = tuple(dict.fromkeys(topics))
         data = self._data_config(isolation_level)
         max_poll_ms = seconds_to_ms(max_poll_interval, "max_poll_interval")
@@ -356,6 +367,9 @@ class Marshaler:
         if mode not in ("alo", "amo", "share"):
             raise ConfigurationError(
                 f"mode must be one of 'alo', 'amo', 'share' for a batch member, not {mode!r}")
+        if self.config.compat is not None:
+            raise ConfigurationError(f"compat={self.config.compat!r} has no batch members "
+                                     "(use a consumer)")
         wanted = tuple(dict.fromkeys(topics))
         data = self._data_config(isolation_level)
         max_batch_ms = (None if max_poll_interval is None
@@ -410,6 +424,7 @@ class Marshaler:
             replay_window_ms=self.config.replay_window_ms,
             **extra,
             checkpoint_interval_ms=self._checkpoint_ms,
+            compat=self.config.compat,
         )
         source = self._open_source(topics, data)
         engine = MemberEngine(config, self._log, self.rationalizer, source, self.clock,

@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from marshal_py.client.channel import DEFAULT_CHECKPOINT_INTERVAL_MS, CoordinationChannel
 from marshal_py.client.engine_types import EngineClock, OffsetReset, PartitionSource
@@ -28,7 +28,8 @@ from marshal_py.log.base import CoordinationLog
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.protocol import MemberHeartbeat, Message
 from marshal_py.protocol.messages import id_problem
-from marshal_py.world import Owner, Rationalizer
+from marshal_py.protocol.original import original_can_read
+from marshal_py.world import Outcome, Owner, Rationalizer
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +65,28 @@ def check_group_settings(group_id: str, client_id: str, heartbeat_interval_ms: i
         raise ConfigurationError("checkpoint_interval must be at least 1 second")
 
 
+def check_original_ids(compat: str, group_id: str, client_id: str,
+                       topics: tuple[str, ...] = ()) -> None:
+    """Compatibility mode: ids the original implementation can read (its records are
+    slash-separated text with literal fields, so no id may hold a ``/``)."""
+    if compat not in COMPAT_MODES:
+        raise ConfigurationError(f"compat must be one of {', '.join(map(repr, COMPAT_MODES))} "
+                                 f"or None, not {compat!r}")
+    for kind, value in (("group_id", group_id), ("client_id", client_id),
+                        *(("topic", t) for t in topics)):
+        if "/" in value:
+            raise ConfigurationError(
+                f"compat={compat!r}: {kind} {value!r} holds a '/', which the original "
+                "implementation cannot read; choose another name")
+
+
 #: Default bound on the time between two requests of the application for records (Kafka's
 #: max.poll.interval.ms default, KIP-62).
 DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
+
+#: ``compat="v1"``: write only what the original implementation reads (PROTOCOL.md 13.1).
+Compat = Literal["v1"]
+COMPAT_MODES: tuple[str, ...] = ("v1",)
 
 
 @dataclass(frozen=True)
@@ -84,10 +104,15 @@ class MemberConfig:
     #: An application that asks for no records for longer than this gives its work up (its
     #: consumer watches; the engine suspends).
     max_poll_interval_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS
+    #: "v1": a group shared with the original implementation (writes only its four record
+    #: types, in its text form: no membership heartbeats, no checkpoints).
+    compat: Compat | None = None
 
     def __post_init__(self) -> None:
         check_group_settings(self.group_id, self.client_id, self.heartbeat_interval_ms,
                              self.replay_window_ms, self.checkpoint_interval_ms)
+        if self.compat is not None:
+            check_original_ids(self.compat, self.group_id, self.client_id, self.topics)
         if self.max_poll_interval_ms < 1:
             raise ConfigurationError("max_poll_interval must be > 0 seconds")
         if not self.instance_id:
@@ -133,7 +158,8 @@ class GroupMember(Generic[ConfigT]):
         self.me = Owner(config.instance_id, config.client_id)
         self.channel = CoordinationChannel(log_, rationalizer, clock, config.topics,
                                            group=config.group_id,
-                                           checkpoint_interval_ms=config.checkpoint_interval_ms)
+                                           checkpoint_interval_ms=config.checkpoint_interval_ms,
+                                           checkpoints=config.compat is None)
         #: Broker time of this process's first membership heartbeat (set by :meth:`_join`).
         self._joined_ms: int | None = None
         self._next_member_heartbeat_ms = 0
@@ -143,6 +169,7 @@ class GroupMember(Generic[ConfigT]):
         self._closed = False
         #: Partition count of each topic when this member started (see _reset_position).
         self._first_counts: dict[str, int] = {}
+        self._told_unreadable = False
 
     @property
     def hi(self) -> int:
@@ -175,15 +202,38 @@ class GroupMember(Generic[ConfigT]):
         return end if self.config.offset_reset == "latest" else beginning
 
     def _join(self) -> None:
-        """Replay the log and announce this member on every topic."""
+        """Replay the log and announce this member on every topic (in compatibility mode,
+        which has no membership heartbeats: only note when it joined)."""
+        if self.config.compat is not None:
+            self.rationalizer.observe(self._note_unreadable_for_original)
         self.channel.open(self.config.replay_window_ms)
         # After the replay: the data topics' source connects meanwhile (and says here when a
         # topic does not exist, before this member writes anything).
         self._note_partition_counts()
         self._check_group()
+        if self.config.compat is not None:
+            self._joined_ms = self.clock.now_ms()
+            return
         joined = [self._append(self._member_heartbeat(t, active=True)) for t in self.config.topics]
         self._joined_ms = min(joined)
         self._next_member_heartbeat_ms = self.clock.now_ms() + self._jittered()
+
+    def _note_unreadable_for_original(self, outcome: Outcome) -> None:
+        """Compatibility mode: warn once when a coordination partition of this member holds
+        a record the original implementation cannot read (its members stop replaying there,
+        believing themselves caught up)."""
+        record = outcome.record
+        if (self._told_unreadable or record.partition not in self.channel.partitions.values()
+                or original_can_read(record.value)):
+            return
+        self._told_unreadable = True
+        what = type(outcome.message).__name__ if outcome.message is not None \
+            else outcome.verdict.value
+        log.warning("coordination partition %d holds a record the original implementation "
+                    "cannot read (position %d: %s): its members placed there stop replaying "
+                    "at it. Give groups shared with it a coordination topic of their own, or "
+                    "run every marshal_py member on it with compat='v1' (PROTOCOL.md 13.1)",
+                    record.partition, record.position, what)
 
     def _check_group(self) -> None:
         """Stop (ConfigurationError) when this member cannot safely take part in its group
@@ -267,7 +317,7 @@ class GroupMember(Generic[ConfigT]):
 
     def _announce_if_due(self, now: int, *, strict: bool = False) -> None:
         """Write the periodic membership heartbeats when due (``strict``: errors propagate)."""
-        if now < self._next_member_heartbeat_ms:
+        if now < self._next_member_heartbeat_ms or self.config.compat is not None:
             return
         for topic in self.config.topics:
             message = self._member_heartbeat(topic, active=True)
@@ -279,6 +329,8 @@ class GroupMember(Generic[ConfigT]):
 
     def _leave(self) -> None:
         """Announce on every topic that this member left (errors are logged)."""
+        if self.config.compat is not None:
+            return  # no membership heartbeats in the original's protocol
         for topic in self.config.topics:
             try:
                 self._append(self._member_heartbeat(topic, active=False))

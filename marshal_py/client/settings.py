@@ -9,15 +9,19 @@ which the engines' configs share).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from marshal_py.client.fetchers import FETCHER_KINDS, FetcherKind, require_confluent
-from marshal_py.client.member_base import check_group_settings
+from marshal_py.client.member_base import Compat, check_group_settings, check_original_ids
 from marshal_py.errors import ConfigurationError
 from marshal_py.log.kafka import KafkaLogConfig
 from marshal_py.protocol.auth import GroupKey
+from marshal_py.protocol.original import ORIGINAL_HEARTBEAT_INTERVAL_S
+
+log = logging.getLogger(__name__)
 
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
 ISOLATION_LEVELS: tuple[IsolationLevel, ...] = ("read_committed", "read_uncommitted")
@@ -46,6 +50,7 @@ class MarshalerConfig:
     timeout_ms: int
     auth_keys: tuple[GroupKey, ...] = ()
     fetcher: FetcherKind = "kafka-python"
+    compat: Compat | None = None
 
     def __post_init__(self) -> None:
         check_group_settings(self.group_id, self.client_id, self.heartbeat_interval_ms,
@@ -65,13 +70,30 @@ class MarshalerConfig:
                 f"not {self.fetcher!r}")
         if self.fetcher == "confluent":
             require_confluent()  # a missing extra is said now, not at the first consumer
+        if self.compat is not None:
+            self._check_compat(self.compat)
+
+    def _check_compat(self, compat: str) -> None:
+        check_original_ids(compat, self.group_id, self.client_id)
+        if self.auth_keys:
+            raise ConfigurationError(f"compat={compat!r} cannot sign records: the original "
+                                     "implementation reads no signed record")
+        if self.heartbeat_interval_ms != ORIGINAL_HEARTBEAT_INTERVAL_S * 1000:
+            log.warning(
+                "compat=%r with heartbeat_interval %g s: the original implementation uses %d s "
+                "(a constant of its code). Members of one group must judge claims with one "
+                "interval: with a shorter one this member takes a live original member's "
+                "partitions, with a longer one the originals take this member's "
+                "(PROTOCOL.md 13.1)", compat, self.heartbeat_interval_ms / 1000,
+                ORIGINAL_HEARTBEAT_INTERVAL_S)
 
     @classmethod
     def from_seconds(cls, *, group_id: str, client_id: str, heartbeat_interval: float,
                      replay_window: float, checkpoint_interval: float,
                      offsets_retention: float, timeout: float,
                      auth_keys: Sequence[GroupKey] = (),
-                     fetcher: FetcherKind = "kafka-python") -> MarshalerConfig:
+                     fetcher: FetcherKind = "kafka-python",
+                     compat: Compat | None = None) -> MarshalerConfig:
         """Build from the public API's seconds (the one conversion in the library)."""
         return cls(group_id=group_id, client_id=client_id,
                    heartbeat_interval_ms=seconds_to_ms(heartbeat_interval, "heartbeat_interval"),
@@ -79,7 +101,7 @@ class MarshalerConfig:
                    checkpoint_interval_ms=seconds_to_ms(checkpoint_interval, "checkpoint_interval"),
                    offsets_retention_ms=seconds_to_ms(offsets_retention, "offsets_retention"),
                    timeout_ms=seconds_to_ms(timeout, "timeout"),
-                   auth_keys=tuple(auth_keys), fetcher=fetcher)
+                   auth_keys=tuple(auth_keys), fetcher=fetcher, compat=compat)
 
 
 def isolation_level_of(level: str | None, kafka_config: Mapping[str, Any]) -> IsolationLevel:

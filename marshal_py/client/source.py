@@ -157,6 +157,20 @@ class KafkaPartitionSource:
         wanted = [(t, p) for t in topics for p in range(self.partition_count(t) or 0)]
         return self.end_offsets_of(wanted)
 
+    def group_committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:
+        """The offset ``group_id`` committed to Kafka for a partition (OffsetFetch through the
+        group's coordinator: only compatibility mode asks, as the original does), or None."""
+        self._wait()
+        tp = TopicPartition(topic, partition)
+        try:
+            found = self._admin.list_consumer_group_offsets(group_id, partitions=[tp])
+        except KafkaError as exc:
+            raise self._error(exc, topic, f"cannot read the offsets group {group_id!r} "
+                                          f"committed to Kafka: {exc}") from exc
+        entry = found.get(tp)
+        offset = None if entry is None else entry.offset
+        return offset if offset is not None and offset >= 0 else None
+
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         """The first offset whose timestamp is >= ``timestamp_ms`` (None if none is)."""
         self._wait()

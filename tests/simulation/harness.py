@@ -36,6 +36,8 @@ class MemoryTopic:
     def __init__(self, name: str, partitions: int) -> None:
         self.name = name
         self.records: list[list[bytes]] = [[] for _ in range(partitions)]
+        #: Offsets groups committed to Kafka itself, by (group, partition).
+        self.kafka_committed: dict[tuple[str, int], int] = {}
 
     def produce(self, partition: int, value: bytes) -> int:
         self.records[partition].append(value)
@@ -53,6 +55,9 @@ class MemoryTopic:
     def offset_bounds_of(self, partitions: list[tuple[str, int]]
                          ) -> dict[tuple[str, int], tuple[int, int]]:
         return {(t, p): self.offset_bounds(t, p) for t, p in partitions}
+
+    def group_committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:
+        return self.kafka_committed.get((group_id, partition))
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         # Records in memory carry no time: by-time starts at the end.
