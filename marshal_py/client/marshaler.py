@@ -92,6 +92,9 @@ class Marshaler:
     ``fetcher``: how exclusive consumers fetch records: ``"kafka-python"`` (default) or
     ``"confluent"`` (librdkafka through confluent-kafka, several times faster; install
     ``marshal_py[librdkafka]``). Coordination always goes through kafka-python.
+    ``index_topic``: the compacted topic that keeps the coordination topic's layout
+    (default ``<coordination_topic>-index``; PROTOCOL.md section 3); every member and tool
+    of the coordination topic must name the same one.
     """
 
     def __init__(
@@ -109,6 +112,7 @@ class Marshaler:
         offsets_retention: float = DEFAULT_OFFSETS_RETENTION_MS / 1000,
         auth_keys: Sequence[GroupKey] = (),
         fetcher: FetcherKind = "kafka-python",
+        index_topic: str | None = None,
     ) -> None:
         self.config = MarshalerConfig.from_seconds(
             group_id=group_id, client_id=client_id or default_client_id(),
@@ -125,6 +129,7 @@ class Marshaler:
             kafka_config=dict(kafka_config or {}),
             # load_properties' result names its file: error messages point at it
             config_source=getattr(kafka_config, "source", None),
+            index_topic=index_topic,
         )
         self._log = KafkaLog(self._log_config)
         self._lock = threading.RLock()

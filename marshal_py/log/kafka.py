@@ -7,8 +7,10 @@ with a group-less consumer on manually assigned partitions.
 
 from __future__ import annotations
 
+import base64
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,7 +33,14 @@ from marshal_py.errors import (
     CoordinationTopicError,
     MarshalError,
 )
+from marshal_py.identity import new_instance_id
 from marshal_py.log.kafka_auth import connection_error, is_authorization_failure, not_authorized
+from marshal_py.log.kafka_index import (
+    IndexClients,
+    check_counts,
+    load_layout,
+)
+from marshal_py.protocol.index import index_topic_for
 from marshal_py.world.records import CoordinationRecord
 
 log = logging.getLogger(__name__)
@@ -43,6 +52,7 @@ DEFAULT_COORDINATION_PARTITIONS = 4
 #: (PROTOCOL.md, checkpoints).
 DEFAULT_RETENTION_MS = 8 * 24 * 3600 * 1000
 _UNKNOWN_TOPIC = 3
+_MAX_TOPIC_NAME = 249
 _TOPIC_AUTHORIZATION_FAILED = 29
 _KNOWN_SETTINGS = frozenset(KafkaConsumer.DEFAULT_CONFIG) | frozenset(
     KafkaProducer.DEFAULT_CONFIG
@@ -58,7 +68,10 @@ class KafkaLogConfig:
     ``partitions``, ``replication_factor`` — default min(3, brokers) — LogAppendTime, and
     ``retention_ms``). ``allow_create_time``: run on a topic stamped with CreateTime anyway.
     ``config_source``: where ``kafka_config`` came from (a properties file), named in error
-    messages about authentication.
+    messages about authentication. ``index_topic``: the compacted topic that keeps the
+    coordination topic's layout (default ``<topic>-index``; PROTOCOL.md section 3), created
+    with the coordination topic; with ``create_topic`` the layout is also recorded there
+    when it is missing.
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -71,12 +84,18 @@ class KafkaLogConfig:
     timeout_s: float = 15.0
     kafka_config: Mapping[str, Any] = field(default_factory=dict)
     config_source: str | None = None
+    index_topic: str | None = None
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers.strip():
             raise ConfigurationError("bootstrap_servers is empty; give HOST:PORT[,HOST:PORT]")
         if not self.topic:
             raise ConfigurationError("the coordination topic name is empty")
+        if self.index_name == self.topic or len(self.index_name) > _MAX_TOPIC_NAME:
+            raise ConfigurationError(
+                f"the coordination index topic {self.index_name!r} must be another topic than "
+                f"{self.topic!r}, of at most {_MAX_TOPIC_NAME} characters: name it with "
+                "index_topic")
         if self.partitions < 1:
             raise ConfigurationError(f"partitions must be >= 1, got {self.partitions}")
         if self.replication_factor is not None and self.replication_factor < 1:
@@ -90,6 +109,11 @@ class KafkaLogConfig:
                 f"unknown kafka-python setting(s) {', '.join(unknown)}; see the settings of "
                 "KafkaConsumer, KafkaProducer and KafkaAdminClient"
             )
+
+    @property
+    def index_name(self) -> str:
+        """The coordination index topic: ``index_topic``, or ``<topic>-index``."""
+        return self.index_topic or index_topic_for(self.topic)
 
     def client_config(self, client: type | None = None) -> dict[str, Any]:
         """Settings for a kafka-python ``client`` class talking to this cluster: ours, plus
@@ -145,6 +169,24 @@ def _topic_id(described: dict[str, Any]) -> str | None:
     return None if text in (None, "", _NO_TOPIC_ID) else text
 
 
+def kafka_topic_id(text: str | None) -> str | None:
+    """A topic id as Kafka's tools show it (URL-safe base64 of its 16 bytes, unpadded), from
+    kafka-python's UUID text; None stays None, anything unreadable is returned as given."""
+    if text is None:
+        return None
+    try:
+        raw = uuid.UUID(text).bytes
+    except ValueError:
+        return text
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def _replication(described: dict[str, Any]) -> int:
+    """The replication factor of a described topic (its first partition's replicas)."""
+    partitions = described.get("partitions") or [{}]
+    return max(1, len(partitions[0].get("replica_nodes") or partitions[0].get("replicas") or []))
+
+
 def _retry_until(probe: Callable[[], T], timeout_s: float, interval_s: float = 0.1) -> T:
     """Call ``probe`` until it returns something truthy or ``timeout_s`` has passed (at
     least once); return its last answer."""
@@ -195,9 +237,18 @@ class KafkaLog:
         self.topic_id: str | None = None
         self._identity_checked_at = time.monotonic()
         self._missing_once = False
+        #: The coordination topic's partition count in its metadata (at least the layout's).
+        self.metadata_partition_count = 0
+        self._partition_count = 0
         try:
             self._admin = KafkaAdminClient(**config.client_config(KafkaAdminClient))
-            self._partition_count = self._ensure_topic()
+            described = self._ensure_topic()
+            self.metadata_partition_count = len(described["partitions"])
+            self._partition_count = load_layout(
+                config, IndexClients(self._admin, self._get_consumer, self._get_producer),
+                topic_id=kafka_topic_id(self.topic_id),
+                metadata_count=self.metadata_partition_count,
+                replication=_replication(described), writer=new_instance_id())
         except (KafkaConnectionError, KafkaTimeoutError) as exc:
             self.close()
             raise _unreachable(config, exc) from exc
@@ -223,7 +274,7 @@ class KafkaLog:
                 return dict(topic)
         return None
 
-    def _ensure_topic(self) -> int:
+    def _ensure_topic(self) -> dict[str, Any]:
         assert self._admin is not None
         described = self._describe()
         created = False
@@ -245,7 +296,7 @@ class KafkaLog:
                 )
         self._check_timestamp_type(created=created)
         self.topic_id = _topic_id(described)
-        return len(described["partitions"])
+        return described
 
     def _create_topic(self) -> None:
         assert self._admin is not None
@@ -355,17 +406,29 @@ class KafkaLog:
                 f"coordination topic {self.config.topic!r} was deleted and recreated under "
                 f"this member (topic id {self.topic_id} is now {now_id}), "
                 f"{CoordinationLogLostError.ADVICE}")
+        self._note_metadata_count(len(described["partitions"]))
+
+    def _note_metadata_count(self, count: int) -> None:
+        """Warn once when partitions were added to the topic while it was open."""
+        if count > self.metadata_partition_count:
+            if self.metadata_partition_count <= self._partition_count:
+                check_counts(self.config, self._partition_count, count)  # warns
+            self.metadata_partition_count = count
 
     @property
     def topic(self) -> str:
         return self.config.topic
 
     def partition_count(self) -> int:
+        """The placement count: the partitions records go to, fixed by the topic's layout
+        in its index when the topic was created (PROTOCOL.md section 3). Partitions added
+        later (:attr:`metadata_partition_count` shows them) stay unused."""
         return self._partition_count
 
     def _tp(self, partition: int) -> TopicPartition:
         if not 0 <= partition < self._partition_count:
-            raise ValueError(f"partition {partition} does not exist in {self.config.topic}")
+            raise ValueError(f"partition {partition} is outside the layout of "
+                             f"{self.config.topic} (0..{self._partition_count - 1})")
         return TopicPartition(self.config.topic, partition)
 
     def _get_producer(self) -> KafkaProducer:

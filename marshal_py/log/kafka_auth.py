@@ -292,6 +292,30 @@ def data_topic_error(config: KafkaLogConfig, exc: KafkaError, message: str,
     return BrokerUnavailableError(message)
 
 
+#: What each operation on the coordination index needs, as the message says it.
+_INDEX_NEEDS = {
+    "write": ("write to", "WRITE (and READ, DESCRIBE)"),
+    "read": ("read", "READ and DESCRIBE (members and `marshal init` also WRITE)"),
+}
+
+
+def index_not_authorized(config: KafkaLogConfig, operation: str) -> KafkaAuthorizationError:
+    """The error for an ACL missing on the coordination index topic (``operation``:
+    ``read``, ``write`` or ``create``)."""
+    who = principal(config)
+    name = config.index_name
+    holds = f"it keeps the layout of {config.topic!r}"
+    if operation == "create":
+        return KafkaAuthorizationError(
+            f"not authorized to create the coordination index topic {name!r} as {who}: "
+            "create it as an administrator with `marshal init`, or grant CREATE on the "
+            f"cluster; {holds}")
+    verb, grant = _INDEX_NEEDS[operation]
+    return KafkaAuthorizationError(
+        f"not authorized to {verb} the coordination index topic {name!r} as {who}: grant "
+        f"{grant} on it; {holds}")
+
+
 def not_authorized(config: KafkaLogConfig, operation: str,
                    topic: str | None = None) -> KafkaAuthorizationError:
     """The error for an ACL missing on the coordination topic (``topic`` None) or on a data

@@ -38,9 +38,10 @@ def marshal(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[SecureDevBroker]:
-    """A secure broker with users admin (super user), alice and bob, and `__marshal` created
-    by admin; alice and bob have no ACLs until a test grants them some."""
-    secure = SecureDevBroker(users=("alice", "bob"), heap="512m")
+    """A secure broker with users admin (super user), alice, bob and carol, and `__marshal`
+    (and its index) created by admin; the others have no ACLs until a test grants them
+    some."""
+    secure = SecureDevBroker(users=("alice", "bob", "carol"), heap="512m")
     secure.start()
     try:
         KafkaLog(KafkaLogConfig(bootstrap_servers=secure.bootstrap_servers,
@@ -162,10 +163,12 @@ def test_a_principal_without_write_cannot_claim_and_is_told_why(
 
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers,
                              **broker.client_config())
-    try:  # everything a member needs but WRITE on __marshal
+    try:  # everything a member needs but WRITE on __marshal (and on its index)
         created = admin.create_acls([
             allow(ACLOperation.READ, "__marshal"), allow(ACLOperation.DESCRIBE, "__marshal"),
             allow(ACLOperation.DESCRIBE_CONFIGS, "__marshal"),
+            allow(ACLOperation.READ, "__marshal-index"),
+            allow(ACLOperation.DESCRIBE, "__marshal-index"),
             allow(ACLOperation.READ, data_topic), allow(ACLOperation.DESCRIBE, data_topic)])
     finally:
         admin.close()
@@ -190,3 +193,37 @@ def test_a_principal_without_write_cannot_claim_and_is_told_why(
                     "--group", group, "--timeout", "10")
     assert state.returncode == 0, state.stderr
     assert "no claims" in state.stdout
+
+
+def test_a_principal_without_acls_on_the_index_is_told_which_to_grant(
+        broker: SecureDevBroker, data_topic: str) -> None:
+    """Every ACL of a member on `__marshal` but none on its index (a setup made before the
+    index existed): one line naming the index topic and what to grant."""
+    from kafka.admin import ACL, ACLOperation, ACLPermissionType, ResourcePattern, ResourceType
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers,
+                             **broker.client_config())
+    try:
+        created = admin.create_acls([
+            ACL("User:carol", "*", operation, ACLPermissionType.ALLOW,
+                ResourcePattern(ResourceType.TOPIC, topic))
+            for topic, operations in (
+                ("__marshal", (ACLOperation.READ, ACLOperation.WRITE, ACLOperation.DESCRIBE,
+                               ACLOperation.DESCRIBE_CONFIGS)),
+                (data_topic, (ACLOperation.READ, ACLOperation.DESCRIBE)))
+            for operation in operations])
+    finally:
+        admin.close()
+    assert not created["failed"]
+    expected = ("not authorized to read the coordination index topic '__marshal-index' as "
+                "User:carol: grant READ and DESCRIBE (members and `marshal init` also WRITE) "
+                "on it; it keeps the layout of '__marshal'")
+    carol = broker.properties_path("carol")
+    with pytest.raises(KafkaAuthorizationError) as caught:
+        Marshaler(broker.bootstrap_servers, "g", "carol-1", HI, timeout=10,
+                  kafka_config=load_properties(carol))
+    assert str(caught.value) == expected
+    result = marshal("state", "--bootstrap-servers", broker.bootstrap_servers,
+                     "--command-config", str(carol), "--timeout", "10")
+    assert result.returncode == 2
+    assert one_line(result.stderr) == f"marshal: error: {expected}"
