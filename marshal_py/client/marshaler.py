@@ -40,6 +40,7 @@ from marshal_py.client.source import KafkaPartitionSource
 from marshal_py.errors import ConfigurationError, TopicNotFoundError
 from marshal_py.identity import new_instance_id
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
+from marshal_py.log.kafka_identity import IDENTITY_CHECK_S
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.messages import (
@@ -132,6 +133,8 @@ class Marshaler:
             index_topic=index_topic,
         )
         self._log = KafkaLog(self._log_config)
+        # A deleted (or replaced) coordination topic is noticed within one heartbeat interval.
+        self._log.identity_check_s = max(0.25, min(IDENTITY_CHECK_S, self.heartbeat_interval / 2))
         self._lock = threading.RLock()
         self._host = MemberHost(self._lock, self._member_closed)
         keys = self.config.auth_keys

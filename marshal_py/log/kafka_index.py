@@ -34,7 +34,7 @@ from marshal_py.log.kafka_auth import (
 from marshal_py.protocol.index import Layout, choose_layout, encode_layout, layout_key
 
 if TYPE_CHECKING:
-    from marshal_py.log.kafka import KafkaLogConfig
+    from marshal_py.log.kafka_config import KafkaLogConfig
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions
 
 from marshal_py.errors import BrokerUnavailableError, ConfigurationError, CoordinationTopicError
 from marshal_py.log import KafkaLog, KafkaLogConfig
-from marshal_py.log import kafka as kafka_log_module
 from marshal_py.log.kafka import kafka_topic_id
 from marshal_py.protocol.index import layout_key
 from tests.integration.consumer_support import wait_for
@@ -147,8 +146,7 @@ def write_layout(bootstrap: str, index: str, value: bytes, writer: str = "ffffff
 
 
 def test_added_partitions_stay_unused_and_are_warned_about_once(
-        kafka_bootstrap: str, unique_name: str, caplog: pytest.LogCaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        kafka_bootstrap: str, unique_name: str, caplog: pytest.LogCaptureFixture) -> None:
     topic = f"__marshal-{unique_name}"
     config = KafkaLogConfig(bootstrap_servers=kafka_bootstrap, topic=topic, partitions=4)
     with KafkaLog(config) as first:
@@ -168,7 +166,7 @@ def test_added_partitions_stay_unused_and_are_warned_about_once(
                    for w in warnings)
         # The member that was running when they were added says so once, on its cadence.
         caplog.clear()
-        monkeypatch.setattr(kafka_log_module, "IDENTITY_CHECK_S", 0.0)
+        first.identity_check_s = 0.0
         first.verify_identity()
         first.verify_identity()
         assert first.partition_count() == 4 and first.metadata_partition_count == 16

@@ -118,23 +118,46 @@ def test_right_credentials_work_end_to_end(broker: SecureDevBroker, data_topic: 
         assert audit.returncode == 0, audit.stderr
 
 
-def test_wrong_password_is_one_line_and_exit_2(broker: SecureDevBroker, tmp_path: Path) -> None:
+#: Every command that connects to Kafka, with the arguments it needs.
+CONNECTING = [("state",), ("tail",), ("init",), ("groups",), ("lag", "--group", "g"),
+              ("watch", "--iterations", "1"),
+              ("reset-offsets", "--group", "g", "--topic", "t", "--to-earliest"), ("audit",),
+              ("consume", "--group", "g", "--topic", "t")]
+
+
+@pytest.mark.parametrize("command", CONNECTING, ids=[c[0] for c in CONNECTING])
+def test_a_wrong_password_is_one_line_as_soon_as_the_broker_answers(
+        broker: SecureDevBroker, tmp_path: Path, command: tuple[str, ...]) -> None:
+    """kafka-python's clients drop the broker's answer and retry until their timeout: the
+    check made before they connect reports it at once, far inside --timeout."""
     wrong = broker.write_client_properties(tmp_path / "bob-wrong.properties", "bob",
                                            password="not-the-password")
     expected = (f"authentication failed for user 'bob' (SCRAM-SHA-512) at "
                 f"{broker.bootstrap_servers}: check the username and password "
                 f"(sasl.jaas.config in {wrong})")
-    result = marshal("state", "--bootstrap-servers", broker.bootstrap_servers,
-                     "--command-config", str(wrong), "--timeout", "3")
+    started = time.monotonic()
+    result = marshal(*command, "--bootstrap-servers", broker.bootstrap_servers,
+                     "--command-config", str(wrong), "--timeout", "60")
+    took = time.monotonic() - started
     assert result.returncode == 2
-    assert one_line(result.stderr) == f"marshal: error: {expected}"
+    assert one_line(result.stderr).endswith(f" error: {expected}"), result.stderr
+    assert took < 20, f"reported after {took:.1f} s"  # process start included; not the 60 s
+
+
+def test_a_wrong_password_is_an_authentication_error_from_the_library_at_once(
+        broker: SecureDevBroker, tmp_path: Path) -> None:
+    wrong = broker.write_client_properties(tmp_path / "bob-wrong.properties", "bob",
+                                           password="not-the-password")
+    started = time.monotonic()
     with pytest.raises(KafkaAuthenticationError) as caught:
-        Marshaler(broker.bootstrap_servers, "g", "bob-1", HI, timeout=3,
+        Marshaler(broker.bootstrap_servers, "g", "bob-1", HI, timeout=60,
                   kafka_config=load_properties(wrong))
+    took = time.monotonic() - started
     assert isinstance(caught.value, MarshalError)
     assert str(caught.value).startswith(
         f"authentication failed for user 'bob' (SCRAM-SHA-512) at {broker.bootstrap_servers}: "
         "check the username and password (sasl.jaas.config")
+    assert took < 10, f"raised after {took:.1f} s of a 60 s timeout"
 
 
 def test_unknown_ca_says_to_check_the_truststore(broker: SecureDevBroker,
