@@ -24,6 +24,7 @@ from marshal_py.errors import (
     KafkaAuthorizationError,
     MarshalError,
     TopicNotFoundError,
+    TopicRecreatedError,
 )
 from marshal_py.kafka_properties import load_properties
 from marshal_py.protocol.auth import GroupKey
@@ -65,6 +66,7 @@ __all__ = [
     "ShareConsumer",
     "ShareRecord",
     "TopicNotFoundError",
+    "TopicRecreatedError",
     "Verdict",
     "__version__",
     "load_group_keys",

@@ -20,6 +20,7 @@ from marshal_py.admin.cli_common import (
     Progress,
     auth_keys_option,
     current_group_keys,
+    current_index_topic,
     current_kafka_config,
     kafka_log_config,
     kafka_options,
@@ -222,7 +223,8 @@ def tail(bootstrap_servers: str, coordination_topic: str, timeout: float,
         bad = [p for p in chosen if p >= count]
         if bad:
             raise click.BadParameter(
-                f"{coordination_topic} has partitions 0..{count - 1}, not {bad[0]}",
+                f"{coordination_topic} places records on partitions 0..{count - 1} (its "
+                f"layout), not {bad[0]}",
                 param_hint="--partition",
             )
         ends = {p: log.end_position(p) for p in chosen}
@@ -259,10 +261,11 @@ def tail(bootstrap_servers: str, coordination_topic: str, timeout: float,
               help="Replication factor (default: min(3, brokers)).")
 def init(bootstrap_servers: str, coordination_topic: str, timeout: float, partitions: int,
          replication_factor: int | None) -> None:
-    """Create the coordination topic with the settings the protocol needs (idempotent).
+    """Create the coordination topic and its index with the settings the protocol needs, and
+    record its layout (idempotent).
 
-    Never change the partition count of an existing coordination topic: every topic's claims
-    live on one of its partitions (md5 placement), and a new count would move them.
+    Records are placed by the partition count recorded when the topic was created (md5
+    placement, kept in the compacted index topic): partitions added later stay unused.
     """
     config = kafka_log_config(
         bootstrap_servers,
@@ -274,8 +277,12 @@ def init(bootstrap_servers: str, coordination_topic: str, timeout: float, partit
     )
     log = KafkaLog(config)
     try:
-        click.echo(f"{coordination_topic}: {log.partition_count()} partitions, "
-                   "message.timestamp.type=LogAppendTime (never change its partition count)")
+        extra = ""
+        if log.metadata_partition_count > log.partition_count():
+            extra = f" (and {log.metadata_partition_count - log.partition_count()} unused)"
+        click.echo(f"{coordination_topic}: {log.partition_count()} partitions{extra}, "
+                   "message.timestamp.type=LogAppendTime; layout kept in "
+                   f"{config.index_name} (never add partitions)")
     finally:
         log.close()
 
@@ -373,6 +380,7 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
     marshaler = Marshaler(bootstrap_servers, group, client_id, heartbeat_interval,
                           coordination_topic=coordination_topic, timeout=timeout,
                           kafka_config=current_kafka_config(),
+                          index_topic=current_index_topic(),
                           auth_keys=current_group_keys().get(group, ()),
                           fetcher=cast(FetcherKind, fetcher),
                           compat=cast(Compat | None, compat))

@@ -43,6 +43,12 @@ class TopicNotFoundError(MarshalError):
     """A topic to consume does not exist."""
 
 
+class TopicRecreatedError(MarshalError):
+    """A consumed topic was deleted and created again under a running member: the group's
+    committed offsets point into the old topic's log, so the member stops; reset the
+    group's offsets (``marshal reset-offsets``) before starting it again."""
+
+
 class KafkaAuthenticationError(ConfigurationError):
     """Kafka refused this client's credentials (SASL), or the TLS handshake failed (an unknown
     CA, a certificate for another host): retrying cannot help. A :class:`ConfigurationError`,

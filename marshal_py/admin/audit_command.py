@@ -17,6 +17,7 @@ from marshal_py.admin.audit_local import AuditResult, prepare_output, run_local_
 from marshal_py.admin.cli_common import (
     auth_keys_option,
     current_group_keys,
+    current_index_topic,
     current_kafka_config,
     kafka_options,
 )
@@ -54,6 +55,7 @@ def _run(engine: str, bootstrap_servers: str, coordination_topic: str, timeout: 
         topic=topic, timeout_s=timeout, progress=_printer(progress))
     kafka_config = current_kafka_config()  # --command-config
     common["group_keys"] = current_group_keys()  # --auth-keys
+    common["index_topic"] = current_index_topic()  # --index-topic
     if engine == "local":
         return run_local_audit(bootstrap_servers, coordination_topic,
                                kafka_config=kafka_config, **common)

@@ -401,8 +401,11 @@ def _generate_into(sender: Connection, records: int, chunk: int,
 def create_topic(bootstrap_servers: str, topic: str, partitions: int,
                  kafka_config: dict[str, Any] | None = None) -> None:
     """Create an audit test topic stamped with CreateTime and kept forever (generated logs
-    carry their own, old, timestamps, which time-based retention would delete)."""
+    carry their own, old, timestamps, which time-based retention would delete), and its
+    index with its layout (``partitions``), as a member would."""
     from kafka import KafkaAdminClient
+
+    from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, **(kafka_config or {}))
     try:
@@ -413,6 +416,9 @@ def create_topic(bootstrap_servers: str, topic: str, partitions: int,
             wait_for_metadata=True)
     finally:
         admin.close()
+    KafkaLog(KafkaLogConfig(bootstrap_servers=bootstrap_servers, topic=topic,
+                            allow_create_time=True, kafka_config=dict(kafka_config or {}))
+             ).close()
 
 
 def produce(bootstrap_servers: str, topic: str, records: Iterator[GeneratedRecord], *,

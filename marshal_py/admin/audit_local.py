@@ -139,13 +139,15 @@ def write_tables(tables: AuditTables, output: Path) -> dict[str, int]:
 
 
 def open_log(bootstrap_servers: str, topic: str, timeout_s: float,
-             kafka_config: Mapping[str, Any] | None = None) -> KafkaLog:
+             kafka_config: Mapping[str, Any] | None = None,
+             index_topic: str | None = None) -> KafkaLog:
     """The coordination topic, for reading only. CreateTime topics are accepted: an audit
     reads what members with ``allow_create_time`` decided (a warning says so)."""
     config = KafkaLogConfig(bootstrap_servers=bootstrap_servers, topic=topic,
                             create_topic=False, allow_create_time=True, timeout_s=timeout_s,
                             kafka_config=dict(kafka_config or {}),
-                            config_source=getattr(kafka_config, "source", None))
+                            config_source=getattr(kafka_config, "source", None),
+                            index_topic=index_topic)
     return KafkaLog(config)
 
 
@@ -181,13 +183,16 @@ def run_local_audit(
     kafka_config: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
     group_keys: Mapping[str, tuple[GroupKey, ...]] | None = None,
+    index_topic: str | None = None,
 ) -> AuditResult:
     """Audit the whole coordination log with one rationalizer and write the tables.
     ``group_keys``: the authenticated groups' keys; their unsigned, forged or replayed
-    records are counted as ``rejected`` and change nothing, as for their members."""
+    records are counted as ``rejected`` and change nothing, as for their members.
+    ``index_topic``: the coordination topic's index (default ``<topic>-index``)."""
     out = prepare_output(output)
     started = time.monotonic()
-    with open_log(bootstrap_servers, coordination_topic, timeout_s, kafka_config) as klog:
+    with open_log(bootstrap_servers, coordination_topic, timeout_s, kafka_config,
+                  index_topic) as klog:
         count = klog.partition_count()
         partitions = ([coordination_partition(topic, count)] if topic is not None
                       else list(range(count)))

@@ -64,19 +64,41 @@ def command_config_option(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
+_INDEX_TOPIC = "marshal.index_topic"
+
+
+def _note_index_topic(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        if not value.strip():
+            raise click.BadParameter("is empty", ctx=ctx, param=param)
+        ctx.meta[_INDEX_TOPIC] = value
+
+
+def current_index_topic() -> str | None:
+    """``--index-topic`` of the running command (None: the default, COORDINATION-index)."""
+    ctx = click.get_current_context(silent=True)
+    value = None if ctx is None else ctx.meta.get(_INDEX_TOPIC)
+    return value if isinstance(value, str) else None
+
+
 def kafka_log_config(bootstrap_servers: str, coordination_topic: str, timeout: float,
                      **options: Any) -> KafkaLogConfig:
-    """The coordination log's configuration with the ``--command-config`` settings;
-    ``options``: other :class:`KafkaLogConfig` fields."""
+    """The coordination log's configuration with the ``--command-config`` and
+    ``--index-topic`` settings; ``options``: other :class:`KafkaLogConfig` fields."""
     settings = current_kafka_config()
+    options.setdefault("index_topic", current_index_topic())
     return KafkaLogConfig(bootstrap_servers=bootstrap_servers, topic=coordination_topic,
                           timeout_s=timeout, kafka_config=dict(settings),
                           config_source=settings.source, **options)
 
 
 def kafka_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--bootstrap-servers, --coordination-topic, --timeout and --command-config (as every
-    Kafka command)."""
+    """--bootstrap-servers, --coordination-topic, --timeout, --command-config and
+    --index-topic (as every Kafka command)."""
+    func = click.option(
+        "--index-topic", expose_value=False, callback=_note_index_topic,
+        help="The compacted topic that keeps the coordination topic's layout "
+             "[default: COORDINATION_TOPIC-index].")(func)
     func = command_config_option(func)
     func = click.option(
         "--timeout", type=click.FloatRange(min=0.1), default=15.0, show_default=True,

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterable, Sequence
 
 from marshal_py.client.engine_types import EngineClock
-from marshal_py.errors import MarshalError
+from marshal_py.errors import CoordinationLogLostError, MarshalError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.log.checkpoints import start_from_checkpoints
 from marshal_py.log.replay import catch_up, follow_once, read_through, replay_start
@@ -102,6 +102,8 @@ class CoordinationChannel:
                                  self.rationalizer.snapshot(self.group, topic))
             try:
                 self.append(message)
+            except CoordinationLogLostError:
+                raise
             except MarshalError as exc:
                 log.warning("could not write the checkpoint of %s/%s: %s", self.group, topic,
                             exc)

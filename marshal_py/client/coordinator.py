@@ -20,6 +20,7 @@ from marshal_py.errors import (
     ConfigurationError,
     CoordinationLogLostError,
     MarshalError,
+    TopicRecreatedError,
 )
 
 log = logging.getLogger(__name__)
@@ -64,9 +65,11 @@ class _MemberThread:
         try:
             run()
             return True
-        except (ClientIdInUseError, ConfigurationError, CoordinationLogLostError) as exc:
+        except (ClientIdInUseError, ConfigurationError, CoordinationLogLostError,
+                TopicRecreatedError) as exc:
             # Retrying cannot help: another process has our id, the settings are wrong
-            # (a keyless member of an authenticated group), or the log was recreated.
+            # (a keyless member of an authenticated group), the log was recreated, or a
+            # consumed topic was (its offsets must be reset).
             self._fail(exc)
         except MarshalError as exc:
             log.warning("coordination step failed (will retry): %s", exc)

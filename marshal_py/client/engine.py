@@ -98,6 +98,7 @@ class MemberEngine(HoldingMember):
 
     def _tick(self) -> None:
         caught_up = self._refresh()
+        self._watch_topics()
         written = self._send_heartbeats(self.clock.now_ms())
         if written and caught_up:
             caught_up = self._read_back(written)  # our heartbeats renew the leases
@@ -128,7 +129,7 @@ class MemberEngine(HoldingMember):
         held = self._holding_due_ms()
         if held is not None and held <= now:
             return now  # overdue: at once
-        due = [self._next_member_heartbeat_ms, now + self.hi]
+        due = [self._next_member_heartbeat_ms, now + self.hi, self.topic_watch.next_due_ms]
         if held is not None:
             due.append(held)
         if self._reclaim_after_ms is not None and self._reclaim_after_ms > now:

@@ -35,6 +35,16 @@ class PartitionSource(Protocol):
         """The first offset whose timestamp is >= ``timestamp_ms``, or None if none is."""
         ...
 
+    def topic_id(self, topic: str) -> str | None:
+        """The id of ``topic`` as last described (None: unknown, gone, or a broker without
+        topic ids)."""
+        ...
+
+    def refresh(self, topics: tuple[str, ...]) -> None:
+        """Describe ``topics`` now (partition counts and ids) instead of when the cached
+        answer expires."""
+        ...
+
 
 class EngineClock(Protocol):
     """Milliseconds on (an estimate of) the broker's clock."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from marshal_py.client.engine_types import Balance, EngineClock, Mode, PartitionSource
 from marshal_py.client.lease import CommitCursor, PartitionLease
 from marshal_py.client.member_base import GroupMember, MemberConfig
-from marshal_py.errors import ConfigurationError, MarshalError
+from marshal_py.errors import ConfigurationError, CoordinationLogLostError, MarshalError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.protocol import (
     ClaimingMessages,
@@ -210,7 +210,7 @@ class HoldingMember(GroupMember[EngineConfig]):
             return []
         try:
             written = self.channel.append_all(messages)
-        except ConfigurationError:
+        except (ConfigurationError, CoordinationLogLostError):
             raise
         except MarshalError as exc:
             log.warning("could not write %d heartbeat(s): %s", len(beating), exc)
@@ -238,6 +238,9 @@ class HoldingMember(GroupMember[EngineConfig]):
                 if self._try_append(self._release_message(holding)):
                     self.stats.released += 1
 
+    def _forget_topic(self, topic: str) -> None:
+        self._release([key for key in self.holdings if key[0] == topic], "topic deleted")
+
     def _release(self, keys: list[TP], why: str, *, closing: bool = False) -> None:
         """Stop holding ``keys`` and write their releases with the committed offsets in one
         batch. Refused credentials or ACLs stay fatal unless ``closing``; other failures are
@@ -247,6 +250,8 @@ class HoldingMember(GroupMember[EngineConfig]):
             return
         try:
             self.channel.append_all([self._release_message(h) for h in held])
+        except CoordinationLogLostError:
+            raise
         except ConfigurationError:
             if not closing:
                 raise
@@ -277,7 +282,7 @@ class HoldingMember(GroupMember[EngineConfig]):
             written = self.channel.append_all(
                 [self._partition_message(ClaimingMessages, h, wanted[(h.topic, h.partition)])
                  for h in asked])
-        except ConfigurationError:
+        except (ConfigurationError, CoordinationLogLostError):
             raise
         except MarshalError as exc:
             log.warning("cannot confirm at-most-once windows now: %s", exc)

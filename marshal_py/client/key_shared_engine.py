@@ -237,8 +237,14 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
         self._release_all()
         self._leave()
 
-    def _release_all(self) -> None:
-        for holding in list(self.holdings.values()):
+    def _forget_topic(self, topic: str) -> None:
+        self._release_all(topic)
+
+    def _release_all(self, topic: str | None = None) -> None:
+        """Release every slot (of ``topic``, or of every topic) at its cursor."""
+        for key, holding in list(self.holdings.items()):
+            if topic is not None and key[0] != topic:
+                continue
             holding.materialize()
             offsets: dict[int, int] = {}
             for slot in holding.owned:
@@ -250,7 +256,7 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
             except MarshalError as exc:
                 log.warning("could not release the key slots of %s/%d: %s", holding.topic,
                             holding.partition, exc)
-        self.holdings.clear()
+            del self.holdings[key]
 
     # -- the periodic step -------------------------------------------------------------------
 
@@ -260,6 +266,7 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
         if self._closed:
             return
         caught_up = self._refresh()
+        self._watch_topics()
         if self._send_heartbeats(self.clock.now_ms()) and caught_up:
             caught_up = self._refresh()  # read our heartbeats back: that renews the leases
         if not caught_up or self.suspended:

@@ -40,6 +40,7 @@ from marshal_py.client.source import KafkaPartitionSource
 from marshal_py.errors import ConfigurationError
 from marshal_py.identity import new_instance_id
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
+from marshal_py.log.kafka_identity import IDENTITY_CHECK_S
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.messages import (
@@ -99,6 +100,9 @@ class Marshaler:
     ``"amo"`` only, and starts a partition whose Marshal offset is 0 where the original would
     (the offset the group committed to Kafka, if any). Use the original's heartbeat interval
     (60 s) in such a group.
+    ``index_topic``: the compacted topic that keeps the coordination topic's layout
+    (default ``<coordination_topic>-index``; PROTOCOL.md section 3); every member and tool
+    of the coordination topic must name the same one.
     """
 
     def __init__(
@@ -117,6 +121,7 @@ class Marshaler:
         auth_keys: Sequence[GroupKey] = (),
         fetcher: FetcherKind = "kafka-python",
         compat: Compat | None = None,
+        index_topic: str | None = None,
     ) -> None:
         self.config = MarshalerConfig.from_seconds(
             group_id=group_id, client_id=client_id or default_client_id(),
@@ -133,8 +138,11 @@ class Marshaler:
             kafka_config=dict(kafka_config or {}),
             # load_properties' result names its file: error messages point at it
             config_source=getattr(kafka_config, "source", None),
+            index_topic=index_topic,
         )
         self._log = KafkaLog(self._log_config)
+        # A deleted (or replaced) coordination topic is noticed within one heartbeat interval.
+        self._log.identity_check_s = max(0.25, min(IDENTITY_CHECK_S, self.heartbeat_interval / 2))
         self._lock = threading.RLock()
         self._host = MemberHost(self._lock, self._member_closed)
         keys = self.config.auth_keys

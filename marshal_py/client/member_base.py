@@ -18,6 +18,7 @@ from typing import Generic, Literal, TypeVar
 
 from marshal_py.client.channel import DEFAULT_CHECKPOINT_INTERVAL_MS, CoordinationChannel
 from marshal_py.client.engine_types import EngineClock, OffsetReset, PartitionSource
+from marshal_py.client.topic_watch import TopicWatch
 from marshal_py.errors import (
     ClientIdInUseError,
     ConfigurationError,
@@ -170,6 +171,9 @@ class GroupMember(Generic[ConfigT]):
         #: Partition count of each topic when this member started (see _reset_position).
         self._first_counts: dict[str, int] = {}
         self._told_unreadable = False
+        #: Consumed topics deleted (and recreated) under this member.
+        self.topic_watch = TopicWatch(config.group_id, config.topics, source,
+                                      config.heartbeat_interval_ms // 2)
 
     @property
     def hi(self) -> int:
@@ -186,9 +190,20 @@ class GroupMember(Generic[ConfigT]):
         return int(self.hi * self.rng.uniform(0.6, 0.8))
 
     def _note_partition_counts(self) -> None:
-        """Remember how many partitions each topic has as this member starts."""
+        """Remember how many partitions each topic has as this member starts (and its id)."""
         for topic in self.config.topics:
             self._first_counts.setdefault(topic, self.source.partition_count(topic) or 0)
+        self.topic_watch.note_ids()
+
+    def _watch_topics(self) -> None:
+        """Every half heartbeat interval, give up what is held of topics that were deleted
+        (see :mod:`~marshal_py.client.topic_watch`); TopicRecreatedError for one that came
+        back as another topic."""
+        for topic in self.topic_watch.check(self.clock.now_ms()):
+            self._forget_topic(topic)
+
+    def _forget_topic(self, topic: str) -> None:
+        """Release everything held of ``topic``, which was deleted (subclasses)."""
 
     def _reset_position(self, topic: str, partition: int, beginning: int, end: int) -> int:
         """Where a partition that never committed starts: ``offset_reset`` — except a
@@ -393,8 +408,9 @@ class GroupMember(Generic[ConfigT]):
         except CoordinationLogLostError:
             self._drop_all()
             self._closed = True
-            log.error("%s: the coordination log was recreated under this member; it stopped "
-                      "delivering and stops", self.config.group_id)
+            # The error itself says what happened and what to do (the one line to show).
+            log.info("%s: the coordination log was lost under this member; it stopped "
+                     "delivering and stops", self.config.group_id)
             raise
 
     def _drop_all(self) -> None:
@@ -408,8 +424,8 @@ class GroupMember(Generic[ConfigT]):
         """:meth:`_append`, logging a failure instead of raising; True when written."""
         try:
             self._append(message)
-        except ConfigurationError:
-            raise  # refused credentials or ACLs (KafkaAuth*Error): retrying cannot help
+        except (ConfigurationError, CoordinationLogLostError):
+            raise  # refused credentials or ACLs, or the log is gone: retrying cannot help
         except MarshalError as exc:
             log.warning("could not write %s for %s: %s", type(message).__name__,
                         message.topic, exc)

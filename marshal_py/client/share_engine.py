@@ -157,6 +157,7 @@ class ShareEngine(GroupMember[ShareConfig]):
         self._catch_up()
         if self.suspended:
             return
+        self._watch_topics()
         now = self.clock.now_ms()
         self._check_group()
         self._announce_if_due(now, strict=True)
@@ -172,6 +173,12 @@ class ShareEngine(GroupMember[ShareConfig]):
         self._renew_due(now)
         self.flush()
         self.channel.maybe_checkpoint(self.me)
+
+    def _forget_topic(self, topic: str) -> None:
+        """Release the records held of a deleted topic (their delivery counts stay)."""
+        for tp in [tp for tp in self.held if tp[0] == topic]:
+            self._pending[(tp, "release")].extend(self.held.pop(tp))
+            self._lock_expiry.pop(tp, None)
 
     def _initialize(self, topic: str, partition: int) -> None:
         beginning, end = self.source.offset_bounds(topic, partition)
@@ -218,7 +225,8 @@ class ShareEngine(GroupMember[ShareConfig]):
         redeliveries, then new records up to the partition's end (or ``until``, exclusive);
         members start new ranges at different places."""
         share = self.rationalizer.share_partition(self.config.group_id, topic, partition)
-        if share is None or self._closed or self.suspended:
+        if share is None or self._closed or self.suspended or \
+                topic in self.topic_watch.missing:
             return []
         wanted = max_records or self.config.batch_size
         now = self.clock.now_ms()

@@ -12,8 +12,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from marshal_py.errors import TopicNotFoundError
-from marshal_py.log.kafka import KafkaLogConfig, quick_metadata
+from marshal_py.log.kafka import KafkaLogConfig, kafka_topic_id, quick_metadata
 from marshal_py.log.kafka_auth import connection_error, data_topic_error, not_authorized
+from marshal_py.log.kafka_identity import topic_id_of
 
 _UNKNOWN_TOPIC = 3
 _TOPIC_AUTHORIZATION_FAILED = 29
@@ -34,7 +35,8 @@ class KafkaPartitionSource:
                  expect_topics: Sequence[str] = (), background: bool = False) -> None:
         self._config = config
         self._refresh_s = refresh_s
-        self._counts: dict[str, tuple[float, int | None]] = {}
+        #: topic -> (when described, partition count or None when missing, topic id)
+        self._described: dict[str, tuple[float, int | None, str | None]] = {}
         self._admin: Any = None
         self._consumer: Any = None
         self._failure: BaseException | None = None
@@ -91,22 +93,44 @@ class KafkaPartitionSource:
         return self._partition_count(topic)
 
     def _partition_count(self, topic: str) -> int | None:
-        cached = self._counts.get(topic)
+        cached = self._described.get(topic)
         if cached is not None and time.monotonic() - cached[0] < self._refresh_s:
             return cached[1]
+        self._refresh((topic,))
+        return self._described[topic][1]
+
+    def topic_id(self, topic: str) -> str | None:
+        """The topic's id (Kafka's base64 form) as last described; None when unknown or
+        missing."""
+        cached = self._described.get(topic)
+        return None if cached is None else cached[2]
+
+    def refresh(self, topics: tuple[str, ...]) -> None:
+        """Describe ``topics`` now, in one request."""
+        self._wait()
+        self._refresh(topics)
+
+    def _refresh(self, topics: tuple[str, ...]) -> None:
+        if not topics:
+            return
         try:
-            described = self._admin.describe_topics([topic])
+            described = self._admin.describe_topics(list(topics))
         except KafkaError as exc:
-            raise self._error(exc, topic, f"cannot read metadata of {topic!r}: {exc}") from exc
-        count: int | None = None
+            raise self._error(exc, topics[0],
+                              f"cannot read metadata of {', '.join(topics)}: {exc}") from exc
+        found: dict[str, tuple[int | None, str | None]] = {}
         for entry in described:
-            if entry.get("name") == topic \
-                    and entry.get("error_code", 0) == _TOPIC_AUTHORIZATION_FAILED:
-                raise not_authorized(self._config, "read", topic)
-            if entry.get("name") == topic and entry.get("error_code", 0) != _UNKNOWN_TOPIC:
+            name = entry.get("name")
+            if name not in topics:
+                continue
+            if entry.get("error_code", 0) == _TOPIC_AUTHORIZATION_FAILED:
+                raise not_authorized(self._config, "read", name)
+            if entry.get("error_code", 0) != _UNKNOWN_TOPIC:
                 count = len(entry.get("partitions") or []) or None
-        self._counts[topic] = (time.monotonic(), count)
-        return count
+                found[name] = (count, kafka_topic_id(topic_id_of(entry)) if count else None)
+        now = time.monotonic()
+        for topic in topics:
+            self._described[topic] = (now, *found.get(topic, (None, None)))
 
     def offset_bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(beginning, end) of one partition."""

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from marshal_py.devbroker.broker import FORMAT_TIMEOUT_S, HOST, DevBroker, find_java
 from marshal_py.errors import DevBrokerError
+from marshal_py.protocol.index import index_topic_for
 
 log = logging.getLogger(__name__)
 
@@ -135,11 +136,14 @@ def _jaas(module: str, username: str, password: str, extra: str = "") -> str:
 
 
 def member_acls(principal: str, coordination_topic: str = "__marshal",
-                topics: Iterable[str] = (), *, create: bool = False) -> list[object]:
+                topics: Iterable[str] = (), *, create: bool = False,
+                index_topic: str | None = None) -> list[object]:
     """The kafka-python ``ACL`` objects a marshal_py member needs (for
     ``KafkaAdminClient.create_acls``): READ, WRITE, DESCRIBE and DESCRIBE_CONFIGS on the
-    coordination topic, READ and DESCRIBE on each of ``topics``, and with ``create`` CREATE
-    on the cluster (to create the coordination topic). ``principal``: ``"User:alice"``."""
+    coordination topic, READ, WRITE and DESCRIBE on its index (``index_topic``, default
+    ``<coordination_topic>-index``), READ and DESCRIBE on each of ``topics``, and with
+    ``create`` CREATE on the cluster (to create the coordination topic and its index).
+    ``principal``: ``"User:alice"``."""
     from kafka.admin import (
         ACL,
         ACLOperation,
@@ -156,6 +160,8 @@ def member_acls(principal: str, coordination_topic: str = "__marshal",
     acls = [allow(op, ResourceType.TOPIC, coordination_topic)
             for op in (ACLOperation.READ, ACLOperation.WRITE, ACLOperation.DESCRIBE,
                        ACLOperation.DESCRIBE_CONFIGS)]
+    acls += [allow(op, ResourceType.TOPIC, index_topic or index_topic_for(coordination_topic))
+             for op in (ACLOperation.READ, ACLOperation.WRITE, ACLOperation.DESCRIBE)]
     for topic in topics:
         acls += [allow(op, ResourceType.TOPIC, topic)
                  for op in (ACLOperation.READ, ACLOperation.DESCRIBE)]
@@ -264,14 +270,16 @@ class SecureDevBroker(DevBroker):
         return path
 
     def grant(self, principal: str, coordination_topic: str = "__marshal",
-              topics: Iterable[str] = (), *, create: bool = False) -> None:
+              topics: Iterable[str] = (), *, create: bool = False,
+              index_topic: str | None = None) -> None:
         """Give ``principal`` (``"User:alice"`` or ``"alice"``) the ACLs of a member (see
         :func:`member_acls`), as admin."""
         from kafka import KafkaAdminClient
 
         if ":" not in principal:
             principal = f"User:{principal}"
-        acls = member_acls(principal, coordination_topic, topics, create=create)
+        acls = member_acls(principal, coordination_topic, topics, create=create,
+                           index_topic=index_topic)
         admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers,
                                  client_id="marshal-devbroker-acls", **self.client_config())
         try:

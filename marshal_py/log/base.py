@@ -22,7 +22,15 @@ class CoordinationLog(Protocol):
         ...
 
     def partition_count(self) -> int:
-        """How many partitions the coordination topic has."""
+        """The placement count: how many partitions records are placed on, fixed when the
+        coordination topic was created (its layout, PROTOCOL.md section 3). Positions are
+        asked and records appended only on partitions below it."""
+        ...
+
+    @property
+    def metadata_partition_count(self) -> int:
+        """How many partitions the topic has now: at least :meth:`partition_count`, more if
+        partitions were added (those stay unused)."""
         ...
 
     def append(self, partition: int, value: bytes) -> CoordinationRecord:

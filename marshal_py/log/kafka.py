@@ -11,7 +11,6 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -26,146 +25,69 @@ from kafka.errors import (
 
 from marshal_py.errors import (
     BrokerUnavailableError,
-    ConfigurationError,
-    CoordinationLogLostError,
     CoordinationTopicError,
     MarshalError,
 )
-from marshal_py.log.kafka_auth import connection_error, is_authorization_failure, not_authorized
+from marshal_py.identity import new_instance_id
+from marshal_py.log.kafka_auth import (
+    check_credentials,
+    connection_error,
+    is_authorization_failure,
+    not_authorized,
+)
+from marshal_py.log.kafka_config import (
+    DEFAULT_COORDINATION_PARTITIONS,
+    DEFAULT_COORDINATION_TOPIC,
+    DEFAULT_RETENTION_MS,
+    METADATA_BACKOFF_MS,
+    SEND_BLOCK_MS,
+    KafkaLogConfig,
+    close_producer,
+    kafka_topic_id,
+    quick_metadata,
+)
+from marshal_py.log.kafka_identity import TopicWatch, patiently, topic_id_of
+from marshal_py.log.kafka_index import (
+    IndexClients,
+    check_counts,
+    load_layout,
+)
 from marshal_py.world.records import CoordinationRecord
+
+__all__ = [  # the client settings live in kafka_config; imported from here as before
+    "DEFAULT_COORDINATION_PARTITIONS",
+    "DEFAULT_COORDINATION_TOPIC",
+    "DEFAULT_RETENTION_MS",
+    "METADATA_BACKOFF_MS",
+    "KafkaLog",
+    "KafkaLogConfig",
+    "close_producer",
+    "kafka_topic_id",
+    "quick_metadata",
+]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_COORDINATION_TOPIC = "__marshal"
-DEFAULT_COORDINATION_PARTITIONS = 4
-#: Time retention given to a coordination topic marshal_py creates: the default offset
-#: retention (7 days) plus a day, so an Empty group's last checkpoint outlives its offsets
-#: (PROTOCOL.md, checkpoints).
-DEFAULT_RETENTION_MS = 8 * 24 * 3600 * 1000
 _UNKNOWN_TOPIC = 3
 _TOPIC_AUTHORIZATION_FAILED = 29
-_KNOWN_SETTINGS = frozenset(KafkaConsumer.DEFAULT_CONFIG) | frozenset(
-    KafkaProducer.DEFAULT_CONFIG
-) | frozenset(KafkaAdminClient.DEFAULT_CONFIG)
-
-
-@dataclass(frozen=True)
-class KafkaLogConfig:
-    """How to reach Kafka and what the coordination topic looks like.
-
-    ``kafka_config`` passes any other kafka-python setting (security, SASL, SSL) through to
-    every client. ``create_topic``: create the coordination topic when it is missing (with
-    ``partitions``, ``replication_factor`` — default min(3, brokers) — LogAppendTime, and
-    ``retention_ms``). ``allow_create_time``: run on a topic stamped with CreateTime anyway.
-    ``config_source``: where ``kafka_config`` came from (a properties file), named in error
-    messages about authentication.
-    """
-
-    bootstrap_servers: str = "127.0.0.1:9092"
-    topic: str = DEFAULT_COORDINATION_TOPIC
-    create_topic: bool = True
-    partitions: int = DEFAULT_COORDINATION_PARTITIONS
-    replication_factor: int | None = None
-    retention_ms: int = DEFAULT_RETENTION_MS
-    allow_create_time: bool = False
-    timeout_s: float = 15.0
-    kafka_config: Mapping[str, Any] = field(default_factory=dict)
-    config_source: str | None = None
-
-    def __post_init__(self) -> None:
-        if not self.bootstrap_servers.strip():
-            raise ConfigurationError("bootstrap_servers is empty; give HOST:PORT[,HOST:PORT]")
-        if not self.topic:
-            raise ConfigurationError("the coordination topic name is empty")
-        if self.partitions < 1:
-            raise ConfigurationError(f"partitions must be >= 1, got {self.partitions}")
-        if self.replication_factor is not None and self.replication_factor < 1:
-            raise ConfigurationError("replication_factor must be >= 1")
-        if self.timeout_s <= 0:
-            raise ConfigurationError("timeout_s must be > 0")
-
-        unknown = sorted(set(self.kafka_config) - _KNOWN_SETTINGS)
-        if unknown:
-            raise ConfigurationError(
-                f"unknown kafka-python setting(s) {', '.join(unknown)}; see the settings of "
-                "KafkaConsumer, KafkaProducer and KafkaAdminClient"
-            )
-        conflict = coordination_producer_conflict(self.kafka_config)
-        if conflict is not None:
-            raise ConfigurationError(
-                f"kafka_config sets {conflict}, which the coordination producer cannot use: "
-                "it writes with acks=all and idempotence (retries > 0, at most 5 requests in "
-                "flight), so no acknowledged coordination record is lost and the records "
-                "of one writer land in the order they were sent (PROTOCOL.md, sections 4.1 "
-                "and 12); remove the setting")
-
-    def client_config(self, client: type | None = None) -> dict[str, Any]:
-        """Settings for a kafka-python ``client`` class talking to this cluster: ours, plus
-        those of ``kafka_config`` that this kind of client knows (all of them if None)."""
-        extra = {
-            k: v for k, v in self.kafka_config.items()
-            if client is None or k in getattr(client, "DEFAULT_CONFIG", {})
-        }
-        return {
-            "bootstrap_servers": self.bootstrap_servers,
-            "bootstrap_timeout_ms": int(self.timeout_s * 1000),
-            "request_timeout_ms": int(self.timeout_s * 1000) + 5000,
-            # Reconnect to a restarted broker within a second, as the Java client does
-            # (kafka-python backs off up to 30 s; members would stall that long).
-            "reconnect_backoff_max_ms": 1000,
-            **extra,
-        }
-
-
-def coordination_producer_conflict(kafka_config: Mapping[str, Any]) -> str | None:
-    """The first setting of ``kafka_config`` that would let the coordination producer lose
-    an acknowledged record or reorder a writer's records (``name=value``), or None."""
-    checks: dict[str, Callable[[Any], bool]] = {
-        "acks": lambda v: str(v).lower() in ("all", "-1"),
-        "enable_idempotence": lambda v: v is True or str(v).lower() == "true",
-        "retries": lambda v: not isinstance(v, (int, float)) or v > 0,
-        "max_in_flight_requests_per_connection": lambda v: isinstance(v, int) and 1 <= v <= 5,
-    }
-    for name, allowed in checks.items():
-        if name in kafka_config and not allowed(kafka_config[name]):
-            return f"{name}={kafka_config[name]!r}"
-    return None
-
-
 T = TypeVar("T")
 
-#: How long (ms) kafka-python's cluster metadata waits after one refresh before the next.
-METADATA_BACKOFF_MS = 10
+
+def _replication(described: dict[str, Any]) -> int:
+    """The replication factor of a described topic (its first partition's replicas)."""
+    partitions = described.get("partitions") or [{}]
+    return max(1, len(partitions[0].get("replica_nodes") or partitions[0].get("replicas") or []))
 
 
-def quick_metadata(client: Any) -> Any:
-    """Let a kafka-python client ask for a new topic's metadata at once.
-
-    kafka-python 3.0 builds its ClusterMetadata without the client's ``retry_backoff_ms``, so
-    the first request about a topic waits out the default 100 ms after the bootstrap refresh
-    (measured: the first ListOffsets of a new consumer 107 ms, with this 11 ms). Failed
-    refreshes still back off (KIP-580). A client whose internals look different is left as
-    it is. Returns ``client``."""
-    clusters = [getattr(client, "_metadata", None),
-                getattr(getattr(getattr(client, "_client", None), "_manager", None),
-                        "cluster", None)]
-    for cluster in clusters:
-        config = getattr(cluster, "config", None)
-        if isinstance(config, dict) and "retry_backoff_ms" in config:
-            config["retry_backoff_ms"] = min(config["retry_backoff_ms"], METADATA_BACKOFF_MS)
-    return client
-
-IDENTITY_CHECK_S = 2.0
-"""How often (seconds, at most) a KafkaLog asks whether its topic was recreated."""
-
-_NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"
+def _sending(producer: KafkaProducer, topic: str, partition: int,
+             value: bytes) -> Callable[[float], Any]:
+    """Send one record (send() itself waits up to max_block_ms for the topic's metadata)."""
+    return lambda _: producer.send(topic, value=value, partition=partition)
 
 
-def _topic_id(described: dict[str, Any]) -> str | None:
-    """The topic id in a describe_topics entry (None from a broker without topic ids)."""
-    value = described.get("topic_id")
-    text = str(value) if value is not None else None
-    return None if text in (None, "", _NO_TOPIC_ID) else text
+def _awaiting(future: Any) -> Callable[[float], Any]:
+    """A producer future's result, waited for up to the given seconds."""
+    return lambda timeout_s: future.get(timeout=timeout_s)
 
 
 def _retry_until(probe: Callable[[], T], timeout_s: float, interval_s: float = 0.1) -> T:
@@ -216,11 +138,20 @@ class KafkaLog:
         self.retention_ms: int | None = None
         #: The topic id (KIP-516) of the topic opened: a recreated one has another.
         self.topic_id: str | None = None
-        self._identity_checked_at = time.monotonic()
-        self._missing_once = False
+        self._watch = TopicWatch(config.topic, None, self._describe, self._note_metadata_count)
+        #: The coordination topic's partition count in its metadata (at least the layout's).
+        self.metadata_partition_count = 0
+        self._partition_count = 0
         try:
+            check_credentials(config)  # a refused login now, not after the timeout
             self._admin = KafkaAdminClient(**config.client_config(KafkaAdminClient))
-            self._partition_count = self._ensure_topic()
+            described = self._ensure_topic()
+            self.metadata_partition_count = len(described["partitions"])
+            self._partition_count = load_layout(
+                config, IndexClients(self._admin, self._get_consumer, self._get_producer),
+                topic_id=kafka_topic_id(self.topic_id),
+                metadata_count=self.metadata_partition_count,
+                replication=_replication(described), writer=new_instance_id())
         except (KafkaConnectionError, KafkaTimeoutError) as exc:
             self.close()
             raise _unreachable(config, exc) from exc
@@ -246,7 +177,7 @@ class KafkaLog:
                 return dict(topic)
         return None
 
-    def _ensure_topic(self) -> int:
+    def _ensure_topic(self) -> dict[str, Any]:
         assert self._admin is not None
         described = self._describe()
         created = False
@@ -267,8 +198,8 @@ class KafkaLog:
                     f"{self.config.timeout_s:g} s; try again"
                 )
         self._check_timestamp_type(created=created)
-        self.topic_id = _topic_id(described)
-        return len(described["partitions"])
+        self.topic_id = self._watch.topic_id = topic_id_of(described)
+        return described
 
     def _create_topic(self) -> None:
         assert self._admin is not None
@@ -350,45 +281,46 @@ class KafkaLog:
 
     # -- the log contract ------------------------------------------------------------------
 
+    @property
+    def identity_check_s(self) -> float:
+        """How often (seconds, at most) :meth:`verify_identity` asks the brokers, and how long
+        a request to the topic waits before they are asked (default
+        :data:`~marshal_py.log.kafka_identity.IDENTITY_CHECK_S`)."""
+        return self._watch.every_s
+
+    @identity_check_s.setter
+    def identity_check_s(self, seconds: float) -> None:
+        self._watch.every_s = seconds
+
     def verify_identity(self) -> None:
-        """Every :data:`IDENTITY_CHECK_S` at most, ask the brokers for the topic's id: another
-        id than at open means it was deleted and recreated; missing on two checks in a row,
-        that it was deleted. Silent while the brokers cannot be asked."""
-        now = time.monotonic()
-        if self._admin is None or self.topic_id is None or \
-                now - self._identity_checked_at < IDENTITY_CHECK_S:
-            return
-        self._identity_checked_at = now
-        try:
-            described = self._describe()
-        except Exception as exc:  # the brokers cannot say now; ask again later
-            log.debug("cannot check the identity of %s: %s", self.config.topic, exc)
-            return
-        if described is None:
-            if self._missing_once:
-                raise CoordinationLogLostError(
-                    f"coordination topic {self.config.topic!r} was deleted under this member, "
-                    f"{CoordinationLogLostError.ADVICE}")
-            self._missing_once = True
-            return
-        self._missing_once = False
-        now_id = _topic_id(described)
-        if now_id is not None and now_id != self.topic_id:
-            raise CoordinationLogLostError(
-                f"coordination topic {self.config.topic!r} was deleted and recreated under "
-                f"this member (topic id {self.topic_id} is now {now_id}), "
-                f"{CoordinationLogLostError.ADVICE}")
+        """Every :attr:`identity_check_s` at most, ask the brokers for the topic: another id
+        than at open means it was deleted and recreated; missing (three answers in a row, a
+        fraction of a second apart), that it was deleted. Silent while they cannot be
+        asked."""
+        if self._admin is not None:
+            self._watch.check()
+
+    def _note_metadata_count(self, count: int) -> None:
+        """Warn once when partitions were added to the topic while it was open."""
+        if count > self.metadata_partition_count:
+            if self.metadata_partition_count <= self._partition_count:
+                check_counts(self.config, self._partition_count, count)  # warns
+            self.metadata_partition_count = count
 
     @property
     def topic(self) -> str:
         return self.config.topic
 
     def partition_count(self) -> int:
+        """The placement count: the partitions records go to, fixed by the topic's layout
+        in its index when the topic was created (PROTOCOL.md section 3). Partitions added
+        later (:attr:`metadata_partition_count` shows them) stay unused."""
         return self._partition_count
 
     def _tp(self, partition: int) -> TopicPartition:
         if not 0 <= partition < self._partition_count:
-            raise ValueError(f"partition {partition} does not exist in {self.config.topic}")
+            raise ValueError(f"partition {partition} is outside the layout of "
+                             f"{self.config.topic} (0..{self._partition_count - 1})")
         return TopicPartition(self.config.topic, partition)
 
     def _get_producer(self) -> KafkaProducer:
@@ -402,6 +334,9 @@ class KafkaLog:
                     "acks": "all",
                     "enable_idempotence": True,
                     "linger_ms": 0,
+                    # send() waits this long for the topic's metadata, then is retried
+                    # (:meth:`_patiently`): a deleted topic is asked about in between.
+                    "max_block_ms": SEND_BLOCK_MS,
                 }))
             except (KafkaConnectionError, KafkaTimeoutError) as exc:
                 raise _unreachable(self.config, exc) from exc
@@ -430,11 +365,18 @@ class KafkaLog:
             self._get_producer().partitions_for(self.config.topic)
             self._get_consumer().end_offsets([tp])
 
+    def _patiently(self, call: Callable[[float], T]) -> T:
+        """``call(timeout_s)`` within the configured timeout, asking the brokers every
+        :attr:`identity_check_s` whether the topic is still there while it waits."""
+        return patiently(self._watch, call, self.config.timeout_s)
+
     def append(self, partition: int, value: bytes) -> CoordinationRecord:
         tp = self._tp(partition)
         with _kafka_errors(self.config, "writing a coordination record", "write"):
-            future = self._get_producer().send(tp.topic, value=value, partition=tp.partition)
-            meta = future.get(timeout=self.config.timeout_s)
+            producer = self._get_producer()
+            future = self._patiently(
+                lambda _: producer.send(tp.topic, value=value, partition=tp.partition))
+            meta = self._patiently(_awaiting(future))
         return CoordinationRecord(partition, int(meta.offset), int(meta.timestamp), value)
 
     def append_all(self, items: Sequence[tuple[int, bytes]]) -> list[CoordinationRecord]:
@@ -442,27 +384,33 @@ class KafkaLog:
         go to one broker (the producer pipelines them)."""
         with _kafka_errors(self.config, "writing coordination records", "write"):
             producer = self._get_producer()
-            futures = [producer.send(self.config.topic, value=value,
-                                     partition=self._tp(partition).partition)
+            futures = [self._patiently(_sending(producer, self.config.topic,
+                                                self._tp(partition).partition, value))
                        for partition, value in items]
-            metas = [future.get(timeout=self.config.timeout_s) for future in futures]
+            metas = [self._patiently(_awaiting(future)) for future in futures]
         return [CoordinationRecord(partition, int(meta.offset), int(meta.timestamp), value)
                 for (partition, value), meta in zip(items, metas, strict=True)]
 
     def start_position(self, partition: int) -> int:
         tp = self._tp(partition)
+        consumer = self._get_consumer()
         with _kafka_errors(self.config, "listing offsets"):
-            return int(self._get_consumer().beginning_offsets([tp])[tp])
+            return int(self._patiently(lambda timeout_s: consumer.beginning_offsets(
+                [tp], timeout_ms=int(timeout_s * 1000)))[tp])
 
     def end_position(self, partition: int) -> int:
         tp = self._tp(partition)
+        consumer = self._get_consumer()
         with _kafka_errors(self.config, "listing offsets"):
-            return int(self._get_consumer().end_offsets([tp])[tp])
+            return int(self._patiently(lambda timeout_s: consumer.end_offsets(
+                [tp], timeout_ms=int(timeout_s * 1000)))[tp])
 
     def position_for_time(self, partition: int, timestamp_ms: int) -> int:
         tp = self._tp(partition)
+        consumer = self._get_consumer()
         with _kafka_errors(self.config, "listing offsets by time"):
-            found = self._get_consumer().offsets_for_times({tp: max(0, timestamp_ms)})[tp]
+            found = self._patiently(lambda timeout_s: consumer.offsets_for_times(
+                {tp: max(0, timestamp_ms)}, timeout_ms=int(timeout_s * 1000)))[tp]
         if found is None:
             return self.end_position(partition)
         return int(found.offset)
@@ -508,12 +456,19 @@ class KafkaLog:
         return records
 
     def close(self) -> None:
-        for client in (self._producer, self._consumer, self._admin):
-            if client is not None:
-                try:
-                    client.close()
-                except Exception:  # closing must not mask the error that led here
-                    log.debug("error while closing a Kafka client", exc_info=True)
+        # Every append awaited its record: what the producer still holds failed already
+        # (and would keep it waiting, say for a deleted topic).
+        closing: list[Callable[[], object]] = []
+        if self._producer is not None:
+            producer = self._producer
+            closing.append(lambda: close_producer(producer, 1.0))
+        closing += [client.close for client in (self._consumer, self._admin)
+                    if client is not None]
+        for close in closing:
+            try:
+                close()
+            except Exception:  # closing must not mask the error that led here
+                log.debug("error while closing a Kafka client", exc_info=True)
         self._producer = self._consumer = self._admin = None
 
     def __enter__(self) -> KafkaLog:

@@ -8,9 +8,11 @@ kafka-python reports a wrong password or an unknown CA only as a bootstrap that 
 :class:`~marshal_py.errors.KafkaAuthorizationError` messages that name the user, the broker,
 the resource and what to change:
 
-* :func:`connection_error`: after a client could not connect, one diagnostic connection
-  (TCP, TLS handshake, SASL) tells a wrong password or an untrusted certificate from a broker
-  that is down;
+* :func:`check_credentials`: before the clients of a secured listener connect, one
+  diagnostic connection (TCP, TLS handshake, SASL) reports a wrong password or an untrusted
+  certificate as soon as the broker answers;
+* :func:`connection_error`: after a client could not connect, the same diagnostic connection
+  tells a wrong password or an untrusted certificate from a broker that is down;
 * :func:`not_authorized` / :func:`is_authorization_failure`: the ACL to grant.
 """
 
@@ -32,7 +34,7 @@ from marshal_py.errors import (
 )
 
 if TYPE_CHECKING:
-    from marshal_py.log.kafka import KafkaLogConfig
+    from marshal_py.log.kafka_config import KafkaLogConfig
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,21 @@ def connection_error(config: KafkaLogConfig, exc: BaseException) -> MarshalError
         f"cannot reach Kafka at {config.bootstrap_servers} ({type(exc).__name__}); check that "
         "the broker runs and --bootstrap-servers / MARSHAL_BOOTSTRAP_SERVERS points at it"
     )
+
+
+def check_credentials(config: KafkaLogConfig) -> None:
+    """On a secured listener (``security_protocol`` SSL or SASL_*), connect once to the first
+    bootstrap server before the clients do and raise the authentication or TLS failure at
+    once: kafka-python's own clients drop the broker's SaslAuthenticate error (it arrives
+    together with the connection's end) and retry until their bootstrap timeout. Costs one
+    connection (tens of milliseconds); a broker that is down or unreachable is left to the
+    clients to report."""
+    protocol = str(_settings(config).get("security_protocol", "PLAINTEXT")).upper()
+    if protocol == "PLAINTEXT":
+        return
+    failure = diagnose_connection(config)
+    if failure is not None:
+        raise failure
 
 
 def diagnose_connection(config: KafkaLogConfig) -> KafkaAuthenticationError | None:
@@ -290,6 +307,30 @@ def data_topic_error(config: KafkaLogConfig, exc: KafkaError, message: str,
             f"not authorized to read the consumed topics as {principal(config)}: grant READ "
             f"and DESCRIBE on them ({_short(str(exc))})")
     return BrokerUnavailableError(message)
+
+
+#: What each operation on the coordination index needs, as the message says it.
+_INDEX_NEEDS = {
+    "write": ("write to", "WRITE (and READ, DESCRIBE)"),
+    "read": ("read", "READ and DESCRIBE (members and `marshal init` also WRITE)"),
+}
+
+
+def index_not_authorized(config: KafkaLogConfig, operation: str) -> KafkaAuthorizationError:
+    """The error for an ACL missing on the coordination index topic (``operation``:
+    ``read``, ``write`` or ``create``)."""
+    who = principal(config)
+    name = config.index_name
+    holds = f"it keeps the layout of {config.topic!r}"
+    if operation == "create":
+        return KafkaAuthorizationError(
+            f"not authorized to create the coordination index topic {name!r} as {who}: "
+            "create it as an administrator with `marshal init`, or grant CREATE on the "
+            f"cluster; {holds}")
+    verb, grant = _INDEX_NEEDS[operation]
+    return KafkaAuthorizationError(
+        f"not authorized to {verb} the coordination index topic {name!r} as {who}: grant "
+        f"{grant} on it; {holds}")
 
 
 def not_authorized(config: KafkaLogConfig, operation: str,

@@ -30,7 +30,10 @@ class MemoryLog:
     """The :class:`~marshal_py.log.base.CoordinationLog` contract held in memory.
 
     ``clock`` stamps appended records (a :class:`VirtualClock` in simulations); timestamps
-    never go backwards within a partition, like Kafka's LogAppendTime.
+    never go backwards within a partition, like Kafka's LogAppendTime. ``partitions`` is its
+    layout, as a KafkaLog's: :meth:`add_partitions` grows the topic as an administrator
+    could, and records are still placed on the first ``partitions`` (PROTOCOL.md
+    section 3).
     """
 
     def __init__(
@@ -48,17 +51,36 @@ class MemoryLog:
         self._end: list[int] = [0] * partitions
         self._changed = threading.Condition()
         self._closed = False
+        self._layout = partitions
 
     @property
     def topic(self) -> str:
         return self._topic
 
     def partition_count(self) -> int:
+        """The placement count, fixed when the log was made (its layout)."""
+        return self._layout
+
+    @property
+    def metadata_partition_count(self) -> int:
+        """How many partitions the topic has now (:meth:`add_partitions` adds some)."""
         return len(self._records)
 
+    def add_partitions(self, total: int) -> None:
+        """Grow the topic to ``total`` partitions (as ``kafka-topics --alter``); the layout
+        stays, so nothing is placed on the new ones."""
+        with self._changed:
+            if total < len(self._records):
+                raise ValueError("Kafka cannot remove partitions")
+            for _ in range(total - len(self._records)):
+                self._records.append([])
+                self._start.append(0)
+                self._end.append(0)
+
     def _check(self, partition: int) -> None:
-        if not 0 <= partition < len(self._records):
-            raise ValueError(f"partition {partition} does not exist in {self._topic}")
+        if not 0 <= partition < self._layout:
+            raise ValueError(f"partition {partition} is outside the layout of {self._topic} "
+                             f"(0..{self._layout - 1})")
 
     def append(self, partition: int, value: bytes) -> CoordinationRecord:
         self._check(partition)

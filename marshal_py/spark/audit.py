@@ -500,9 +500,11 @@ def run_spark_audit(
     progress: Progress | None = None,
     split_records: int | None = None,
     group_keys: Mapping[str, tuple[GroupKey, ...]] | None = None,
+    index_topic: str | None = None,
 ) -> AuditResult:
     """Audit the coordination log on Spark and write the tables (``output``, Parquet).
-    ``group_keys``: as for :func:`~marshal_py.admin.audit_local.run_local_audit`.
+    ``group_keys``, ``index_topic``: as for
+    :func:`~marshal_py.admin.audit_local.run_local_audit`.
 
     Uses ``spark`` if given, else the active session of this process if there is one (both
     are left running; ``master`` is then not used), else starts a session on ``master`` and
@@ -518,8 +520,9 @@ def run_spark_audit(
     from marshal_py.spark.options import _kafka_value
 
     typed = {name: _kafka_value(value) for name, value in (kafka_options or {}).items()}
-    with open_log(bootstrap_servers, coordination_topic, timeout_s, typed) as klog:
-        partition_count = klog.partition_count()
+    with open_log(bootstrap_servers, coordination_topic, timeout_s, typed,
+                  index_topic) as klog:
+        partition_count = klog.partition_count()  # the layout: read no partition past it
     own_session = False
     if spark is None:
         from pyspark.sql import SparkSession
@@ -533,9 +536,9 @@ def run_spark_audit(
                   .option("bootstrap.servers", bootstrap_servers)
                   .option("topic", coordination_topic)
                   .option("timeout.ms", str(int(timeout_s * 1000) * 2)))
-        if topic is not None:
-            reader = reader.option("partitions",
-                                   str(coordination_partition(topic, partition_count)))
+        chosen = ([coordination_partition(topic, partition_count)] if topic is not None
+                  else range(partition_count))
+        reader = reader.option("partitions", ",".join(map(str, chosen)))
         if split_records is not None:
             reader = reader.option("split.records", str(split_records))
         for name, value in (kafka_options or {}).items():

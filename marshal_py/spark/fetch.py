@@ -24,7 +24,7 @@ from kafka.errors import KafkaError
 
 from marshal_py.client.batch_member import PlannedRange
 from marshal_py.errors import BrokerUnavailableError, MarshalError
-from marshal_py.log.kafka import KafkaLogConfig
+from marshal_py.log.kafka import KafkaLogConfig, quick_metadata
 from marshal_py.protocol.ranges import OffsetRange
 from marshal_py.spark.planning import TP, ReadTask
 
@@ -109,10 +109,10 @@ def read_task(task: ReadTask, kafka: KafkaLogConfig, schema: pa.Schema, *,
     spans = {tp: _Span(ranges) for tp, ranges in by_tp.items()}
     if not spans:
         return
-    consumer = KafkaConsumer(group_id=None, enable_auto_commit=False,
-                             auto_offset_reset="earliest", fetch_max_wait_ms=100,
-                             max_partition_fetch_bytes=4 * 1024 * 1024,
-                             **kafka.client_config(KafkaConsumer))
+    consumer = quick_metadata(KafkaConsumer(
+        group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
+        fetch_max_wait_ms=100, max_partition_fetch_bytes=4 * 1024 * 1024,
+        **kafka.client_config(KafkaConsumer)))
     try:
         consumer.assign(list(spans))
         try:

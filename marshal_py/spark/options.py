@@ -65,6 +65,8 @@ OPTIONS: dict[str, str] = {
                        "read_uncommitted: whether records of aborted transactions are read; "
                        "under read_committed batches end at the last stable offset",
     "coordination.topic": "the coordination topic (default __marshal)",
+    "coordination.index.topic": "the compacted topic that keeps the coordination topic's "
+                                "layout (default: the coordination topic's name + -index)",
     "replay.window": "seconds of coordination log replayed on start (default 7 days)",
     "settle.timeout": "seconds the query waits for its first claims (default 3 heartbeat "
                       "intervals)",
@@ -95,6 +97,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     fetch_timeout_s: float = 60.0
     coordination_topic: str = DEFAULT_COORDINATION_TOPIC
+    coordination_index_topic: str | None = None
     replay_window_s: float = DEFAULT_REPLAY_WINDOW_MS / 1000
     settle_timeout_s: float | None = None
     isolation_level: IsolationLevel = DEFAULT_ISOLATION_LEVEL
@@ -105,6 +108,7 @@ class SourceOptions:
         """How every client of this stream reaches Kafka."""
         return KafkaLogConfig(bootstrap_servers=self.bootstrap_servers,
                               topic=self.coordination_topic,
+                              index_topic=self.coordination_index_topic,
                               kafka_config=dict(self.kafka_config))
 
     @property
@@ -200,6 +204,7 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         fail_on_data_loss=_boolean(get, "failOnDataLoss", True),
         fetch_timeout_s=_number(get, "fetch.timeout", 60.0, minimum=0.1),
         coordination_topic=get("coordination.topic") or DEFAULT_COORDINATION_TOPIC,
+        coordination_index_topic=get("coordination.index.topic") or None,
         replay_window_s=_number(get, "replay.window", DEFAULT_REPLAY_WINDOW_MS / 1000,
                                 minimum=0),
         settle_timeout_s=(None if get("settle.timeout") is None

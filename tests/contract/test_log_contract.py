@@ -7,6 +7,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from kafka import KafkaAdminClient
+from kafka.admin import NewPartitions
 
 from marshal_py.log import (
     CoordinationLog,
@@ -41,8 +43,44 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def add_partitions(log: CoordinationLog, total: int, request: pytest.FixtureRequest) -> None:
+    """Grow the log's topic to ``total`` partitions, as an administrator could."""
+    if isinstance(log, MemoryLog):
+        log.add_partitions(total)
+        return
+    admin = KafkaAdminClient(bootstrap_servers=request.getfixturevalue("kafka_bootstrap"))
+    try:
+        admin.create_partitions({log.topic: NewPartitions(total)})
+    finally:
+        admin.close()
+
+
 def test_partition_count(log: CoordinationLog) -> None:
     assert log.partition_count() == PARTITIONS
+    assert log.metadata_partition_count == PARTITIONS
+
+
+def test_the_placement_count_is_the_one_at_creation(
+        log: CoordinationLog, request: pytest.FixtureRequest) -> None:
+    """Partitions added later stay unused: records are placed, written and read on the
+    first PARTITIONS only (PROTOCOL.md section 3)."""
+    add_partitions(log, PARTITIONS + 3, request)
+    opened: list[CoordinationLog] = [log]
+    if isinstance(log, KafkaLog):  # a member that starts now reads the same layout
+        opened.append(KafkaLog(KafkaLogConfig(bootstrap_servers=log.config.bootstrap_servers,
+                                              topic=log.topic, create_topic=False)))
+    try:
+        for each in opened:
+            assert each.partition_count() == PARTITIONS
+            each.append(PARTITIONS - 1, b"last placed")
+            with pytest.raises(ValueError, match="outside the layout"):
+                each.append(PARTITIONS, b"unused")
+            with pytest.raises(ValueError, match="outside the layout"):
+                each.end_position(PARTITIONS)
+        assert opened[-1].metadata_partition_count == PARTITIONS + 3
+    finally:
+        for each in opened[1:]:
+            each.close()
 
 
 def test_append_assigns_growing_positions_and_the_logs_own_timestamps(

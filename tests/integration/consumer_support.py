@@ -119,7 +119,9 @@ class Producer:
     def __init__(self, bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
         self.topic = topic
         self.partitions = partitions
-        self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+        # Never re-creates a topic a test deleted (brokers may create topics on request).
+        self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
+                                       allow_auto_create_topics=False)
         self._next = 0
         self._lock = threading.Lock()
         self.produced: list[TP] = []

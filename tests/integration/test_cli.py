@@ -145,8 +145,24 @@ def test_init_creates_the_topic_and_is_idempotent(kafka_bootstrap: str, unique_n
             "--partitions", "6")
     first = marshal(*args)
     assert first.returncode == 0, first.stderr
-    assert "6 partitions" in first.stdout
-    assert marshal(*args).returncode == 0
+    assert first.stdout.strip() == (
+        f"{unique_name}: 6 partitions, message.timestamp.type=LogAppendTime; layout kept in "
+        f"{unique_name}-index (never add partitions)")
+    again = marshal(*args[:-1], "9")  # an existing topic keeps its layout
+    assert again.returncode == 0
+    assert again.stdout == first.stdout
+
+
+def test_every_command_can_name_another_index_topic(kafka_bootstrap: str,
+                                                     unique_name: str) -> None:
+    ctopic, index = f"__marshal-{unique_name}", f"layouts-{unique_name}"
+    common = ("--bootstrap-servers", kafka_bootstrap, "--coordination-topic", ctopic)
+    init = marshal("init", *common, "--index-topic", index, "--partitions", "2")
+    assert init.returncode == 0, init.stderr
+    assert f"layout kept in {index}" in init.stdout
+    assert marshal("state", *common, "--index-topic", index).returncode == 0
+    assert_one_line_error(marshal("state", *common), f"'{ctopic}-index'", "does not exist",
+                          "marshal init")
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:

@@ -235,7 +235,8 @@ def test_kafka_python_settings_become_librdkafka_properties(
                      "reconnect.backoff.max.ms": 1000, "security.protocol": "SASL_SSL",
                      "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "alice",
                      "sasl.password": "secret", "ssl.ca.location": "/ca.pem",
-                     "ssl.endpoint.identification.algorithm": "none", "client.id": "me"}
+                     "ssl.endpoint.identification.algorithm": "none", "client.id": "me",
+                     "allow.auto.create.topics": False}  # never re-create a deleted topic
     assert "max_poll_records" in caplog.text
     with pytest.raises(ConfigurationError, match="ssl_context"):
         librdkafka_config(KafkaLogConfig(kafka_config={"ssl_context": object()}))

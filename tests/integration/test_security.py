@@ -38,9 +38,10 @@ def marshal(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[SecureDevBroker]:
-    """A secure broker with users admin (super user), alice and bob, and `__marshal` created
-    by admin; alice and bob have no ACLs until a test grants them some."""
-    secure = SecureDevBroker(users=("alice", "bob"), heap="512m")
+    """A secure broker with users admin (super user), alice, bob and carol, and `__marshal`
+    (and its index) created by admin; the others have no ACLs until a test grants them
+    some."""
+    secure = SecureDevBroker(users=("alice", "bob", "carol"), heap="512m")
     secure.start()
     try:
         KafkaLog(KafkaLogConfig(bootstrap_servers=secure.bootstrap_servers,
@@ -117,23 +118,46 @@ def test_right_credentials_work_end_to_end(broker: SecureDevBroker, data_topic: 
         assert audit.returncode == 0, audit.stderr
 
 
-def test_wrong_password_is_one_line_and_exit_2(broker: SecureDevBroker, tmp_path: Path) -> None:
+#: Every command that connects to Kafka, with the arguments it needs.
+CONNECTING = [("state",), ("tail",), ("init",), ("groups",), ("lag", "--group", "g"),
+              ("watch", "--iterations", "1"),
+              ("reset-offsets", "--group", "g", "--topic", "t", "--to-earliest"), ("audit",),
+              ("consume", "--group", "g", "--topic", "t")]
+
+
+@pytest.mark.parametrize("command", CONNECTING, ids=[c[0] for c in CONNECTING])
+def test_a_wrong_password_is_one_line_as_soon_as_the_broker_answers(
+        broker: SecureDevBroker, tmp_path: Path, command: tuple[str, ...]) -> None:
+    """kafka-python's clients drop the broker's answer and retry until their timeout: the
+    check made before they connect reports it at once, far inside --timeout."""
     wrong = broker.write_client_properties(tmp_path / "bob-wrong.properties", "bob",
                                            password="not-the-password")
     expected = (f"authentication failed for user 'bob' (SCRAM-SHA-512) at "
                 f"{broker.bootstrap_servers}: check the username and password "
                 f"(sasl.jaas.config in {wrong})")
-    result = marshal("state", "--bootstrap-servers", broker.bootstrap_servers,
-                     "--command-config", str(wrong), "--timeout", "3")
+    started = time.monotonic()
+    result = marshal(*command, "--bootstrap-servers", broker.bootstrap_servers,
+                     "--command-config", str(wrong), "--timeout", "60")
+    took = time.monotonic() - started
     assert result.returncode == 2
-    assert one_line(result.stderr) == f"marshal: error: {expected}"
+    assert one_line(result.stderr).endswith(f" error: {expected}"), result.stderr
+    assert took < 20, f"reported after {took:.1f} s"  # process start included; not the 60 s
+
+
+def test_a_wrong_password_is_an_authentication_error_from_the_library_at_once(
+        broker: SecureDevBroker, tmp_path: Path) -> None:
+    wrong = broker.write_client_properties(tmp_path / "bob-wrong.properties", "bob",
+                                           password="not-the-password")
+    started = time.monotonic()
     with pytest.raises(KafkaAuthenticationError) as caught:
-        Marshaler(broker.bootstrap_servers, "g", "bob-1", HI, timeout=3,
+        Marshaler(broker.bootstrap_servers, "g", "bob-1", HI, timeout=60,
                   kafka_config=load_properties(wrong))
+    took = time.monotonic() - started
     assert isinstance(caught.value, MarshalError)
     assert str(caught.value).startswith(
         f"authentication failed for user 'bob' (SCRAM-SHA-512) at {broker.bootstrap_servers}: "
         "check the username and password (sasl.jaas.config")
+    assert took < 10, f"raised after {took:.1f} s of a 60 s timeout"
 
 
 def test_unknown_ca_says_to_check_the_truststore(broker: SecureDevBroker,
@@ -162,10 +186,12 @@ def test_a_principal_without_write_cannot_claim_and_is_told_why(
 
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers,
                              **broker.client_config())
-    try:  # everything a member needs but WRITE on __marshal
+    try:  # everything a member needs but WRITE on __marshal (and on its index)
         created = admin.create_acls([
             allow(ACLOperation.READ, "__marshal"), allow(ACLOperation.DESCRIBE, "__marshal"),
             allow(ACLOperation.DESCRIBE_CONFIGS, "__marshal"),
+            allow(ACLOperation.READ, "__marshal-index"),
+            allow(ACLOperation.DESCRIBE, "__marshal-index"),
             allow(ACLOperation.READ, data_topic), allow(ACLOperation.DESCRIBE, data_topic)])
     finally:
         admin.close()
@@ -190,3 +216,37 @@ def test_a_principal_without_write_cannot_claim_and_is_told_why(
                     "--group", group, "--timeout", "10")
     assert state.returncode == 0, state.stderr
     assert "no claims" in state.stdout
+
+
+def test_a_principal_without_acls_on_the_index_is_told_which_to_grant(
+        broker: SecureDevBroker, data_topic: str) -> None:
+    """Every ACL of a member on `__marshal` but none on its index (a setup made before the
+    index existed): one line naming the index topic and what to grant."""
+    from kafka.admin import ACL, ACLOperation, ACLPermissionType, ResourcePattern, ResourceType
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers,
+                             **broker.client_config())
+    try:
+        created = admin.create_acls([
+            ACL("User:carol", "*", operation, ACLPermissionType.ALLOW,
+                ResourcePattern(ResourceType.TOPIC, topic))
+            for topic, operations in (
+                ("__marshal", (ACLOperation.READ, ACLOperation.WRITE, ACLOperation.DESCRIBE,
+                               ACLOperation.DESCRIBE_CONFIGS)),
+                (data_topic, (ACLOperation.READ, ACLOperation.DESCRIBE)))
+            for operation in operations])
+    finally:
+        admin.close()
+    assert not created["failed"]
+    expected = ("not authorized to read the coordination index topic '__marshal-index' as "
+                "User:carol: grant READ and DESCRIBE (members and `marshal init` also WRITE) "
+                "on it; it keeps the layout of '__marshal'")
+    carol = broker.properties_path("carol")
+    with pytest.raises(KafkaAuthorizationError) as caught:
+        Marshaler(broker.bootstrap_servers, "g", "carol-1", HI, timeout=10,
+                  kafka_config=load_properties(carol))
+    assert str(caught.value) == expected
+    result = marshal("state", "--bootstrap-servers", broker.bootstrap_servers,
+                     "--command-config", str(carol), "--timeout", "10")
+    assert result.returncode == 2
+    assert one_line(result.stderr) == f"marshal: error: {expected}"

@@ -38,6 +38,17 @@ class MemoryTopic:
         self.records: list[list[bytes]] = [[] for _ in range(partitions)]
         #: Offsets groups committed to Kafka itself, by (group, partition).
         self.kafka_committed: dict[tuple[str, int], int] = {}
+        #: The topic's id; None while it is deleted.
+        self.id: str | None = "topic-1"
+
+    def delete(self) -> None:
+        """Delete the topic (its records go too)."""
+        self.id = None
+        self.records = [[] for _ in self.records]
+
+    def create(self, topic_id: str) -> None:
+        """Create it again, empty, under ``topic_id``."""
+        self.id = topic_id
 
     def produce(self, partition: int, value: bytes) -> int:
         self.records[partition].append(value)
@@ -47,7 +58,13 @@ class MemoryTopic:
         self.records.extend([] for _ in range(count))
 
     def partition_count(self, topic: str) -> int | None:
-        return len(self.records) if topic == self.name else None
+        return len(self.records) if topic == self.name and self.id is not None else None
+
+    def topic_id(self, topic: str) -> str | None:
+        return self.id if topic == self.name else None
+
+    def refresh(self, topics: tuple[str, ...]) -> None:
+        """Always up to date."""
 
     def offset_bounds(self, topic: str, partition: int) -> tuple[int, int]:
         return 0, len(self.records[partition])

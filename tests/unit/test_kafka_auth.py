@@ -20,8 +20,10 @@ from marshal_py.errors import (
 )
 from marshal_py.log.kafka import KafkaLogConfig
 from marshal_py.log.kafka_auth import (
+    check_credentials,
     connection_error,
     data_topic_error,
+    index_not_authorized,
     is_authorization_failure,
     not_authorized,
     principal,
@@ -90,3 +92,25 @@ def test_a_broker_that_is_not_there_is_unreachable_at_once() -> None:
     assert isinstance(error, BrokerUnavailableError)
     assert str(error).startswith(f"cannot reach Kafka at 127.0.0.1:{port}")
     assert time.monotonic() - started < 2
+
+
+def test_what_to_grant_on_the_coordination_index() -> None:
+    bob = config(**SASL)
+    assert str(index_not_authorized(bob, "read")) == (
+        "not authorized to read the coordination index topic '__marshal-index' as User:bob: "
+        "grant READ and DESCRIBE (members and `marshal init` also WRITE) on it; it keeps the "
+        "layout of '__marshal'")
+    assert "grant WRITE (and READ, DESCRIBE)" in str(index_not_authorized(bob, "write"))
+    assert "`marshal init`, or grant CREATE on the cluster" in str(
+        index_not_authorized(bob, "create"))
+
+
+def test_credentials_are_checked_before_connecting_only_on_a_secured_listener() -> None:
+    """PLAINTEXT has no credentials: no connection is made. On a secured listener a broker
+    that is not there is left for the clients to report (it is no credentials problem)."""
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    check_credentials(KafkaLogConfig(bootstrap_servers=f"127.0.0.1:{port}", timeout_s=2))
+    check_credentials(KafkaLogConfig(bootstrap_servers=f"127.0.0.1:{port}",
+                                     kafka_config=SASL, timeout_s=2))
