@@ -45,6 +45,8 @@ class MemberEngine(HoldingMember):
         super().__init__(config, log_, rationalizer, source, clock, rng)
         self._reclaim_after_ms: int | None = None
         self._last_balance_release_ms: dict[str, int] = {}
+        #: Claims this member won whose take-up failed (see :meth:`_propose`).
+        self._untaken: set[TP] = set()
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -262,6 +264,10 @@ class MemberEngine(HoldingMember):
 
     def _claimable(self, claim: PartitionClaim, now: int) -> bool:
         owner = claim.owner
+        if owner == self.me:
+            # Ours in the log but not held: claimable only when taking it up failed after
+            # the claim was won (not when the lease lapsed and it was given up).
+            return (claim.key.topic, claim.key.partition) in self._untaken
         if owner is None:
             released_by_me = (
                 claim.released_by is not None
@@ -326,11 +332,15 @@ class MemberEngine(HoldingMember):
         self._sync_with_world()
         won = []
         mine = [p for p in partitions if self._claim(topic, p).owner == self.me]
+        # Until taken up, a won claim is ours in the log only: if taking it up fails (an
+        # offset lookup), the next step claims it again, which renews it.
+        self._untaken.update((topic, p) for p in mine)
         bounds = self.source.offset_bounds_of([(topic, p) for p in mine]) if mine else {}
         for partition in partitions:
             claim = self._claim(topic, partition)
             if claim.owner == self.me:
                 won.append(self._won(topic, partition, claim, bounds[(topic, partition)]))
+                self._untaken.discard((topic, partition))
                 self.stats.claim_latencies_ms.append(
                     round(self.clock.monotonic_ms() - started))
             else:

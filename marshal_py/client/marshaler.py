@@ -141,6 +141,8 @@ class Marshaler:
             index_topic=index_topic,
         )
         self._log = KafkaLog(self._log_config)
+        if compat is not None:
+            self._check_original_placement(compat)
         # A deleted (or replaced) coordination topic is noticed within one heartbeat interval.
         self._log.identity_check_s = max(0.25, min(IDENTITY_CHECK_S, self.heartbeat_interval / 2))
         self._lock = threading.RLock()
@@ -162,6 +164,18 @@ class Marshaler:
         self._consumer: Consumer | ShareConsumer | KeySharedConsumer | BatchMember | None = None
         self._source: KafkaPartitionSource | None = None
         self._closed = False
+
+    def _check_original_placement(self, compat: str) -> None:
+        """Compatibility mode: the original places by the coordination topic's partition count
+        in its metadata, we by its layout (PROTOCOL.md 3); they must be equal."""
+        layout, metadata = self._log.partition_count(), self._log.metadata_partition_count
+        if layout != metadata:
+            self._log.close()
+            raise ConfigurationError(
+                f"compat={compat!r}: {self._log_config.topic} has {metadata} partitions but "
+                f"its layout places by {layout}: the original implementation places by the "
+                "partition count and would split the group (PROTOCOL.md 3, 13.1); give the "
+                "group a coordination topic that never had partitions added")
 
     @property
     def heartbeat_interval(self) -> float:

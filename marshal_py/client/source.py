@@ -187,7 +187,7 @@ class KafkaPartitionSource:
         self._wait()
         tp = TopicPartition(topic, partition)
         try:
-            found = self._admin.list_consumer_group_offsets(group_id, partitions=[tp])
+            found = self._admin.list_group_offsets({group_id: [tp]}).get(group_id, {})
         except KafkaError as exc:
             raise self._error(exc, topic, f"cannot read the offsets group {group_id!r} "
                                           f"committed to Kafka: {exc}") from exc

@@ -387,3 +387,25 @@ def test_records_not_handed_out_during_a_lapsed_lease_are_fetched_again() -> Non
         assert a.deliver("orders", 0, epoch, offset)
         a.commit("orders", 0, offset, epoch)
     assert a.committed("orders", 0) == 5
+
+
+def test_a_won_claim_whose_take_up_failed_is_claimed_again_at_the_next_step() -> None:
+    w = World(partitions=2)
+    lookups = {"fail": 1}
+    real = w.topic.offset_bounds_of
+
+    def flaky(partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        if lookups["fail"]:
+            lookups["fail"] -= 1
+            raise BrokerUnavailableError("ListOffsets failed (test)")
+        return real(partitions)
+
+    w.topic.offset_bounds_of = flaky  # type: ignore[method-assign]
+    a = w.member("a", start=False)
+    a.start()
+    with pytest.raises(BrokerUnavailableError):
+        a.tick()  # the claims are won in the log, taking them up fails
+    assert held(a) == []
+    w.clock.advance(100)
+    a.tick()  # claims its own claims again (a renewal) and takes them up
+    assert held(a) == [0, 1]
