@@ -73,6 +73,9 @@ Rules, per mode (each violation has a kind, in parentheses):
 Every mode: a hand-out of a record the topic does not hold, or with another key
 (``unknown_record``), and every invariant the audit checks on the log (``log_<invariant>``:
 overlapping owners, AMO regressions and re-confirmations, share records accepted twice).
+Signed runs (``--signed``): nobody but the run's members writes, so any record of the group
+the log rejects refused a genuine one (a sequence number out of order after a retry or a
+broker restart, a broken signature): ``genuine_record_rejected``.
 
 Counted without being violations: duplicates (records handed out more than once) and
 re-deliveries (hand-outs beyond the first), late completions, consumer errors (a consumer
@@ -117,13 +120,16 @@ class RunMeta:
     coordination_partitions: int
     heartbeat_interval_ms: int
     delivery_limit: int = 5
+    #: Signed runs: the group's key (``key_id``, hex ``secret``).
+    auth_key: dict[str, str] | None = None
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> RunMeta:
         """From ``meta.json``."""
         return RunMeta(data["mode"], data["group"], data["topic"], int(data["partitions"]),
                        int(data["coordination_partitions"]),
-                       int(data["heartbeat_interval_ms"]), int(data.get("delivery_limit", 5)))
+                       int(data["heartbeat_interval_ms"]), int(data.get("delivery_limit", 5)),
+                       data.get("auth_key"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +343,8 @@ def check(data: RunData, view: LogView | None = None) -> RunResult:
         view = build_view(data.coordination, mode=meta.mode, group=meta.group,
                           topic=meta.topic, partitions=meta.partitions,
                           coordination_partitions=meta.coordination_partitions,
-                          heartbeat_interval_ms=meta.heartbeat_interval_ms)
+                          heartbeat_interval_ms=meta.heartbeat_interval_ms,
+                          auth_key=meta.auth_key)
     result = RunResult(meta.mode)
     truth = Truth(data.topic_records)
     result.records = len(truth.key)
@@ -357,6 +364,12 @@ def check(data: RunData, view: LogView | None = None) -> RunResult:
             f"them), e.g. {', '.join(f'p{p}@{o}' for p, o in missing[:5])}")
     for invariant, detail in view.violations:
         result.violations.append(Violation(f"log_{invariant}", detail))
+    rejected = view.verdicts.get("rejected", 0)
+    if meta.auth_key and rejected:
+        # Nobody but the run's members writes: every rejection refused a genuine record
+        # (a sequence number out of order, a broken signature).
+        result.violations.append(Violation(
+            "genuine_record_rejected", f"{rejected} records of the signed group rejected"))
 
     deliveries = [d for inc in data.incarnations for d in inc.deliveries]
     dones = [x for inc in data.incarnations for x in inc.dones]

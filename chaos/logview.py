@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from marshal_py.admin.audit import OWNERSHIP, audit_records, topic_filter
-from marshal_py.protocol import AcknowledgingRecords, KeySharedMessage, parse_ranges
+from marshal_py.protocol import AcknowledgingRecords, GroupKey, KeySharedMessage, parse_ranges
 from marshal_py.protocol.messages import ShareMessage
 from marshal_py.world import CoordinationRecord, Rationalizer, RationalizerConfig, Verdict
 from marshal_py.world.rationalizer import Outcome
@@ -193,13 +193,22 @@ class ShareHistory:
                         history.rejects += 1
 
 
+def group_keys(group: str, auth_key: dict[str, str] | None
+               ) -> dict[str, tuple[GroupKey, ...]]:
+    """The rationalizer's ``group_keys`` for a run (signed runs: the run's key)."""
+    if not auth_key:
+        return {}
+    return {group: (GroupKey(auth_key["key_id"], bytes.fromhex(auth_key["secret"])),)}
+
+
 def build_view(records: Sequence[CoordinationRecord], *, mode: str, group: str, topic: str,
                partitions: int, coordination_partitions: int,
-               heartbeat_interval_ms: int) -> LogView:
-    """Replay ``records`` (every record of the run's coordination topic) and observe them."""
+               heartbeat_interval_ms: int, auth_key: dict[str, str] | None = None) -> LogView:
+    """Replay ``records`` (every record of the run's coordination topic) and observe them
+    (verifying signatures with ``auth_key`` in a signed run)."""
     rationalizer = Rationalizer(RationalizerConfig(
         coordination_partitions=coordination_partitions,
-        heartbeat_interval_ms=heartbeat_interval_ms))
+        heartbeat_interval_ms=heartbeat_interval_ms, group_keys=group_keys(group, auth_key)))
     ordered = in_log_order(records)
     view = LogView(records=len(ordered))
     slots = SlotStints(group, topic)

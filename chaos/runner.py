@@ -70,6 +70,7 @@ from bench.consumer import BenchError
 from bench.worker_process import WorkerProcess
 from chaos.checker import MODES, RunResult, check
 from chaos.journal import Journal, JournalTail, now, write_jsonl
+from chaos.logview import group_keys
 from chaos.rundir import (
     COORDINATION,
     FAULTS,
@@ -121,6 +122,8 @@ class Options:
     keep: bool = False
     fsync: bool = False
     kafka_config: dict[str, Any] = field(default_factory=dict)
+    #: Run authenticated groups: every coordination record signed with a per-run key.
+    signed: bool = False
 
 
 @dataclass
@@ -172,7 +175,7 @@ class Follower:
     """Replays the run's coordination partition (the data topic's home) with a rationalizer."""
 
     def __init__(self, bootstrap: str, coordination_topic: str, group: str, topic: str,
-                 heartbeat_interval_ms: int) -> None:
+                 heartbeat_interval_ms: int, auth_key: dict[str, str] | None = None) -> None:
         from marshal_py.log import KafkaLog, KafkaLogConfig
         from marshal_py.protocol import coordination_partition
         from marshal_py.world import Rationalizer, RationalizerConfig
@@ -183,7 +186,8 @@ class Follower:
         self.home = coordination_partition(topic, self.count)
         self.group, self.topic = group, topic
         self.rationalizer = Rationalizer(RationalizerConfig(
-            coordination_partitions=self.count, heartbeat_interval_ms=heartbeat_interval_ms))
+            coordination_partitions=self.count, heartbeat_interval_ms=heartbeat_interval_ms,
+            group_keys=group_keys(group, auth_key)))
 
     def poll(self) -> None:
         """Apply what was appended since the last call (a broker hiccup is retried later)."""
@@ -253,6 +257,9 @@ class Run:
         self.topic = f"chaos-{mode}-{tag}"
         self.group = f"chaos.{mode}.{tag}"
         self.coordination_topic = f"__marshal_chaos_{tag}"
+        #: The run's group key (signed runs): key id and hex secret, for workers and checker.
+        self.auth_key = ({"key_id": f"chaos-{tag}"[:64], "secret": os.urandom(32).hex()}
+                         if options.signed else None)
         self.slots: list[Slot] = []
         self.spawned = 0
         self.producer: ChaosProcess | None = None
@@ -278,7 +285,7 @@ class Run:
             "lock_duration": self.options.lock_duration,
             "delivery_limit": self.options.delivery_limit, "work_ms": self.options.work_ms,
             "journal": str(journal), "fsync": self.options.fsync,
-            "kafka_config": self.options.kafka_config,
+            "kafka_config": self.options.kafka_config, "auth_key": self.auth_key,
         }
         self.faults.write("spawn", inc=slot.incarnation, client=client_id, t=now())
         slot.process = ChaosProcess(slot.incarnation, "chaos.worker", settings)
@@ -460,7 +467,7 @@ class Run:
         finally:
             admin.close()
         follower = Follower(self.bootstrap, self.coordination_topic, self.group, self.topic,
-                            int(self.hi * 1000))
+                            int(self.hi * 1000), self.auth_key)
         meta = {"mode": self.mode, "group": self.group, "topic": self.topic,
                 "coordination_topic": self.coordination_topic,
                 "partitions": options.partitions, "coordination_partitions": follower.count,
@@ -468,7 +475,7 @@ class Run:
                 "delivery_limit": options.delivery_limit,
                 "lock_ms": int(options.lock_duration * 1000), "records": options.records,
                 "consumers": options.consumers, "keys": options.keys,
-                "transactional": self.transactional}
+                "transactional": self.transactional, "auth_key": self.auth_key}
         (self.directory / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         try:
             self.slots = [Slot(k, f"c{k}") for k in range(options.consumers)]
@@ -846,6 +853,9 @@ def parser() -> argparse.ArgumentParser:
                    metavar="KEY=VALUE",
                    help="a kafka-python setting for the consumers' clients (Marshaler "
                         "kafka_config), e.g. reconnect_backoff_max_ms=1000; repeatable")
+    p.add_argument("--signed", action="store_true",
+                   help="authenticated groups: every coordination record signed with a key of "
+                        "the run (a genuine record rejected is a violation)")
     p.add_argument("--json", action="store_true", help="print one JSON document at the end")
     p.add_argument("-v", "--verbose", action="count", default=0,
                    help="more logging on stderr (-vv: debug)")
@@ -899,7 +909,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         faults_per_run=args.faults_per_run, restart_ids=args.restart_ids,
         lock_duration=args.lock_duration, delivery_limit=args.delivery_limit,
         work_ms=args.work_ms, drain_timeout=args.drain_timeout, directory=args.dir,
-        keep=args.keep, fsync=args.fsync, kafka_config=dict(args.kafka_config))
+        keep=args.keep, fsync=args.fsync, kafka_config=dict(args.kafka_config),
+        signed=args.signed)
     total_runs = len(options.modes) * options.runs
     if not args.json:
         print(f"chaos: seed {seed}, {total_runs} run(s) of {', '.join(options.modes)}, "

@@ -102,6 +102,7 @@ def open_consumer(marshaler: Any, settings: dict[str, Any]) -> Any:
 
 def consume(settings: dict[str, Any], journal: Journal) -> int:
     """Run one consumer until stopped; return the process exit status."""
+    from chaos.logview import group_keys
     from marshal_py import Marshaler
 
     mode = settings["mode"]
@@ -111,7 +112,10 @@ def consume(settings: dict[str, Any], journal: Journal) -> int:
                               client_id=settings["client"],
                               heartbeat_interval=settings["heartbeat_interval"],
                               coordination_topic=settings["coordination_topic"], timeout=30.0,
-                              kafka_config=settings.get("kafka_config") or None)
+                              kafka_config=settings.get("kafka_config") or None,
+                              auth_keys=group_keys(settings["group"],
+                                                   settings.get("auth_key")).get(
+                                                       settings["group"], ()))
     except Exception as exc:
         journal.write("error", msg=f"{type(exc).__name__}: {exc}", t=now())
         say(error=f"Marshaler: {type(exc).__name__}: {exc}")
