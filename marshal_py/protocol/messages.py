@@ -251,6 +251,24 @@ class ResettingOffsets(PartitionMessage):
             raise ValueError("offset < 0")
 
 
+@dataclass(frozen=True, slots=True)
+class CommittingTransaction(PartitionMessage):
+    """Extension (version 2), exactly-once mode: the input of the partition below ``offset``
+    is processed, and its output written in the same Kafka transaction as this record.
+
+    Only ever written inside a transaction by a member that fenced every earlier writer of the
+    partition's transactional id: readers (read_committed) apply it whoever sends it
+    (PROTOCOL.md, exactly-once)."""
+
+    TYPE: ClassVar[str] = "CommittingTransaction"
+    VERSIONS: ClassVar[frozenset[int]] = frozenset({2})
+    offset: int
+
+    def validate(self) -> None:
+        if self.offset < 0:
+            raise ValueError("offset < 0")
+
+
 #: Key-shared mode splits the 64-bit key-hash space of a partition into this many equal
 #: slots; slot = key_hash >> (64 - 10). Ranges of slots travel as range text (``0-511``).
 KEY_SLOTS = 1024
@@ -329,6 +347,7 @@ EXTENSION_MESSAGE_TYPES: tuple[type[Message], ...] = (
     RenewingLocks,
     ResettingSharePartition,
     ResettingOffsets,
+    CommittingTransaction,
     ClaimingKeyRanges,
     KeyRangesHeartbeat,
     ReleasingKeyRanges,

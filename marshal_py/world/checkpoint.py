@@ -46,6 +46,9 @@ class ClaimState:
     #: The heartbeat interval the owner announced, by which the claim is judged (None: the
     #: owner announced none, so each reader's configured interval judges it).
     heartbeat_interval_ms: int | None = None
+    #: Exactly-once: the committed offset moves only by CommittingTransaction records (and
+    #: resets); heartbeats and releases still renew and release the claim.
+    transactional: bool = False
 
 
 @dataclass(slots=True)
@@ -89,7 +92,7 @@ def encode_state(state: PairState) -> str:
         "claims": [
             [p, owners.ref(c.owner), c.claimed_at_ms, c.last_heartbeat_ms, c.committed_offset,
              c.last_release_ms, owners.ref(c.released_by), c.amo_claimed_offset,
-             c.heartbeat_interval_ms]
+             c.heartbeat_interval_ms, *([1] if c.transactional else [])]
             for p, c in sorted(state.claims.items())
         ],
         "shares": [
@@ -158,11 +161,12 @@ def decode_state(text: str) -> PairState:
                 life.joined[member] = _int(ts)
         state = PairState(life=life)
         for entry in doc["claims"]:  # version 1 and 2: without the interval
-            p, own, claimed, beat, committed, released, by, amo, *interval = \
-                _fields(entry, 8, 9)
-            state.claims[_int(p)] = ClaimState(owner(own), _opt(claimed), _opt(beat),
-                                               _opt(committed), _opt(released), owner(by),
-                                               _opt(amo), _opt(interval[0]) if interval else None)
+            p, own, claimed, beat, committed, released, by, amo, *rest = \
+                _fields(entry, 8, 10)
+            state.claims[_int(p)] = ClaimState(
+                owner(own), _opt(claimed), _opt(beat), _opt(committed), _opt(released),
+                owner(by), _opt(amo), _opt(rest[0]) if rest else None,
+                len(rest) > 1 and bool(_int(rest[1])))
         for p, spso, speo, limit, inflight, records, *dead_letters in doc["shares"]:
             stored = [_stored_record(fields, owner) for fields in records]
             topic = _str(dead_letters[0]) if dead_letters else ""

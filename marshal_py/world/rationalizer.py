@@ -21,6 +21,7 @@ from marshal_py.protocol.messages import (
     ClaimingKeyRanges,
     ClaimingMessages,
     ClaimingPartition,
+    CommittingTransaction,
     Heartbeat,
     InitializingSharePartition,
     KeyRangesHeartbeat,
@@ -76,6 +77,7 @@ class Verdict(enum.Enum):
     KEY_RANGES_RELEASED = "key_ranges_released"
     CHECKPOINT = "checkpoint"
     OFFSETS_RESET = "offsets_reset"
+    TRANSACTION_COMMITTED = "transaction_committed"
     # Valid messages the rules ignore.
     CLAIM_LOST = "claim_lost"
     NOT_OWNER = "not_owner"
@@ -124,6 +126,7 @@ _APPLIED = frozenset(
         Verdict.KEY_RANGES_RELEASED,
         Verdict.CHECKPOINT,
         Verdict.OFFSETS_RESET,
+        Verdict.TRANSACTION_COMMITTED,
     }
 )
 _SKIPPED = frozenset(
@@ -325,6 +328,16 @@ class Rationalizer:
         if isinstance(message, ResettingOffsets):
             verdict, detail = self._reset_offsets(key, message.offset, ts, life)
             return Outcome(record, verdict, message, detail)
+        if isinstance(message, CommittingTransaction):
+            # Read only once its transaction committed (readers are read_committed), and
+            # written only by a member that fenced every earlier writer of the partition's
+            # transactional id: whoever sends it, its output is in the output topic, so its
+            # offset is the partition's (PROTOCOL.md, exactly-once).
+            committed = self._claims.setdefault(key, ClaimState())
+            committed.committed_offset = message.offset
+            committed.transactional = True
+            return Outcome(record, Verdict.TRANSACTION_COMMITTED, message,
+                           f"offset {message.offset}")
         claim = self._claims.get(key)
         if claim is None:
             claim = self._claims[key] = ClaimState()
@@ -359,6 +372,7 @@ class Rationalizer:
         claim.released_by = None
         claim.heartbeat_interval_ms = None
         claim.committed_offset = offset
+        claim.transactional = False  # any mode may consume it again
         if claim.amo_claimed_offset is not None:
             claim.amo_claimed_offset = offset - 1
         keys = self._key_shared.get(key)
@@ -483,13 +497,15 @@ class Rationalizer:
             return Verdict.NOT_OWNER
         if isinstance(message, Heartbeat):
             claim.last_heartbeat_ms = ts
-            claim.committed_offset = message.offset
+            if not claim.transactional:  # an exactly-once offset moves by transactions only
+                claim.committed_offset = message.offset
             if announced is not None:
                 claim.heartbeat_interval_ms = announced
             return Verdict.HEARTBEAT
         if isinstance(message, ReleasingPartition):
             claim.owner = None
-            claim.committed_offset = message.offset
+            if not claim.transactional:
+                claim.committed_offset = message.offset
             if claim.amo_claimed_offset is not None and claim.amo_claimed_offset >= message.offset:
                 # The owner's last word: it handed out nothing from ``offset`` on, so what it
                 # had confirmed beyond is free again and the next owner starts at ``offset``.
@@ -622,6 +638,7 @@ class Rationalizer:
             released_by=state.released_by,
             amo_claimed_offset=state.amo_claimed_offset,
             heartbeat_interval_ms=self._claim_interval(key, state),
+            transactional=state.transactional,
         )
 
     def members(self, group: str, topic: str, now_ms: int) -> list[Owner]:

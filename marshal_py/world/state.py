@@ -64,6 +64,8 @@ class PartitionClaim:
     released_by: Owner | None
     amo_claimed_offset: int | None
     heartbeat_interval_ms: int
+    #: Exactly-once: the committed offset moves by transactions only (PROTOCOL.md 7.2).
+    transactional: bool = False
 
     def heartbeat_age_ms(self, now_ms: int) -> int | None:
         """Milliseconds since the owner's last sign of life, or None without an owner."""
