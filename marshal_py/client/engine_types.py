@@ -26,6 +26,11 @@ class PartitionSource(Protocol):
         per broker for each bound, not two per partition)."""
         ...
 
+    def end_offsets_of(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """End offsets (last stable offsets under read_committed) of several partitions,
+        asked together."""
+        ...
+
     def group_committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:
         """The offset ``group_id`` committed to Kafka itself for a partition (what the
         original implementation falls back to; compatibility mode), None when none."""
