@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
-Mode = Literal["alo", "amo"]
+#: ``"eos"``: exactly-once consume-transform-produce (the engine works as for ``"alo"`` and
+#: takes partitions up through a :class:`~marshal_py.client.fencing.Fencing`).
+Mode = Literal["alo", "amo", "eos"]
 OffsetReset = Literal["latest", "earliest"]
 Balance = Literal["fair", "greedy"]
 

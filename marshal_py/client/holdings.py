@@ -60,8 +60,8 @@ class EngineConfig(MemberConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.mode not in ("alo", "amo"):
-            raise ConfigurationError(f"mode must be 'alo' or 'amo', not {self.mode!r}")
+        if self.mode not in ("alo", "amo", "eos"):
+            raise ConfigurationError(f"mode must be 'alo', 'amo' or 'eos', not {self.mode!r}")
         if self.balance not in ("fair", "greedy"):
             raise ConfigurationError(f"balance must be 'fair' or 'greedy', not {self.balance!r}")
         if self.max_claims is not None and self.max_claims < 1:
@@ -160,7 +160,11 @@ class HoldingMember(GroupMember[EngineConfig]):
         with self.handout_guard:
             holding.lease.revoke()
         self._publish()
+        self._dropped(key)
         return holding
+
+    def _dropped(self, key: TP) -> None:
+        """``key`` is no longer held (subclasses)."""
 
     def _drop_all(self) -> None:
         for key in list(self.holdings):
