@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from marshal_py import ExactlyOnceConsumer, Marshaler
+from marshal_py import ExactlyOnceConsumer, GroupKey, Marshaler
 from marshal_py.devbroker import DevBroker
 from marshal_py.protocol import CommittingTransaction, coordination_partition, encode
 from tests.integration.consumer_support import create_topic, run_marshal, wait_for
@@ -117,6 +117,28 @@ def test_output_and_offsets_commit_together_and_each_record_is_copied_once(
             consumer.poll()
     copied = read_topic(kafka_bootstrap, names["output"], 2)
     assert sources(copied) == expected_sources(300, 2)
+
+
+def test_an_authenticated_group_signs_its_commit_records_and_accepts_them(
+        kafka_bootstrap: str, names: dict[str, str]) -> None:
+    """The commit records go through another producer than the member's other records, under
+    a writer of their own (``<instance>.t<partition>``) with its own sequence numbers: none
+    is rejected, by the member or by a reader that joins later."""
+    keys = (GroupKey("eos-key", os.urandom(32)),)
+    create_topic(kafka_bootstrap, names["input"], 2)
+    create_topic(kafka_bootstrap, names["output"], 2)
+    produce(kafka_bootstrap, names["input"], 100, 2)
+    with Marshaler(kafka_bootstrap, names["group"], "c1", HI, auth_keys=keys,
+                   coordination_topic=names["coordination"]) as m:
+        consumer = m.consumer([names["input"]], "eos", offset_reset="earliest")
+        assert copy(consumer, names["output"], 100) == 100
+        assert consumer.transactions[0] >= 2
+        assert sorted(c.committed_offset for c in m.claims(names["input"])) == [50, 50]
+        assert m.rationalizer.rejected_count(names["group"]) == 0
+    with Marshaler(kafka_bootstrap, names["group"], "c2", HI, auth_keys=keys,
+                   coordination_topic=names["coordination"]) as later:
+        assert sorted(c.committed_offset for c in later.claims(names["input"])) == [50, 50]
+        assert later.rationalizer.rejected_count(names["group"]) == 0
 
 
 def test_an_aborted_commit_record_never_enters_the_world_state(
