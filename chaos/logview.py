@@ -3,9 +3,9 @@
 The log is replayed with one :class:`~marshal_py.world.Rationalizer` -- the same pure function
 every member runs -- and observed:
 
-* exclusive modes (``alo``, ``amo``, ``eos``): the ownership stints of every partition, from the audit
-  (:func:`marshal_py.admin.audit.audit_records`), its invariant violations, and each
-  partition's final position (where a next owner would start);
+* exclusive modes (``alo``, ``amo``, ``eos``): the ownership stints of every partition, from
+  the audit (:func:`marshal_py.admin.audit.audit_records`), its invariant violations, and
+  each partition's final position (where a next owner would start);
 * ``key-shared``: the ownership stints of every key slot of every partition
   (:class:`SlotStints`, from the applied ``ClaimingKeyRanges`` and ``ReleasingKeyRanges``);
 * ``share``: every acquisition, renewal and acknowledgement that applied, per record

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, NoReturn, cast
+from typing import Any, NoReturn, cast
 
 import click
 
@@ -40,7 +40,7 @@ from marshal_py.admin.world_view import (
     state_rows,
 )
 from marshal_py.client.consumer import Consumer
-from marshal_py.client.engine_types import Balance, OffsetReset
+from marshal_py.client.engine_types import Balance, Mode, OffsetReset
 from marshal_py.client.eos_consumer import DEFAULT_TRANSACTION_TIMEOUT_MS
 from marshal_py.client.fetchers import FETCHER_KINDS, FetcherKind
 from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
@@ -439,8 +439,7 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
                                           isolation_level=isolation,
                                           max_poll_interval=max_poll_interval)
         else:
-            consumer = marshaler.consumer(list(topics), cast(Literal["alo", "amo"], mode),
-                                          offset_reset=reset,
+            consumer = marshaler.consumer(list(topics), cast(Mode, mode), offset_reset=reset,
                                           balance=cast(Balance, balance),
                                           max_claims=max_claims, release_lag=release_lag,
                                           amo_batch_size=batch_size or DEFAULT_AMO_WINDOW_RECORDS,

@@ -19,7 +19,7 @@ import random
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
-from marshal_py.client.engine_types import Balance, EngineClock, Mode, PartitionSource
+from marshal_py.client.engine_types import Balance, EngineClock, EngineMode, PartitionSource
 from marshal_py.client.lease import CommitCursor, PartitionLease
 from marshal_py.client.member_base import GroupMember, MemberConfig
 from marshal_py.errors import ConfigurationError, CoordinationLogLostError, MarshalError
@@ -47,7 +47,7 @@ DEFAULT_AMO_WINDOW_MS = 100
 class EngineConfig(MemberConfig):
     """Settings of one exclusive-mode member (on top of :class:`MemberConfig`)."""
 
-    mode: Mode = "alo"
+    mode: EngineMode = "alo"
     balance: Balance = "fair"
     max_claims: int | None = None
     #: Greedy members: release a partition whose lag exceeds this many records, when another

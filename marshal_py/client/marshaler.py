@@ -20,7 +20,7 @@ from marshal_py.client.channel import DEFAULT_CHECKPOINT_INTERVAL_MS
 from marshal_py.client.clock import BrokerClock
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine import EngineConfig, MemberEngine
-from marshal_py.client.engine_types import Balance, Mode, OffsetReset
+from marshal_py.client.engine_types import Balance, EngineMode, Mode, OffsetReset
 from marshal_py.client.eos_consumer import DEFAULT_TRANSACTION_TIMEOUT_MS, ExactlyOnceConsumer
 from marshal_py.client.fetchers import FetcherKind, OpeningFetcher
 from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
@@ -248,7 +248,7 @@ class Marshaler:
                  max_poll_interval: float = ...) -> ExactlyOnceConsumer: ...
 
     @overload
-    def consumer(self, topics: Iterable[str], mode: Literal["alo", "amo"] = ..., *,
+    def consumer(self, topics: Iterable[str], mode: Mode = ..., *,
                  offset_reset: OffsetReset = ..., balance: Balance = ...,
                  max_claims: int | None = ..., release_lag: int | None = ...,
                  amo_batch_size: int = ..., amo_window: float = ...,
@@ -258,7 +258,7 @@ class Marshaler:
     def consumer(
         self,
         topics: Iterable[str],
-        mode: Mode | Literal["share", "key-shared"] = "alo",
+        mode: Mode | Literal["eos", "share", "key-shared"] = "alo",
         *,
         offset_reset: OffsetReset = "latest",
         balance: Balance = "fair",
@@ -452,7 +452,8 @@ class Marshaler:
         return data_config(self._log_config, isolation_level_of(
             isolation_level, self._log_config.kafka_config))
 
-    def _exclusive_engine(self, topics: tuple[str, ...], mode: Mode, offset_reset: OffsetReset,
+    def _exclusive_engine(self, topics: tuple[str, ...], mode: EngineMode,
+                          offset_reset: OffsetReset,
                           balance: Balance, max_claims: int | None, release_lag: int | None,
                           data: KafkaLogConfig, fencing: KafkaFencing | None = None,
                           **extra: int) -> tuple[MemberEngine, KafkaPartitionSource]:
