@@ -329,11 +329,14 @@ class MemberEngine(HoldingMember):
         if candidates:
             self._propose(topic, candidates)
 
-    def retake(self, topic: str, partition: int) -> None:
-        """Exactly-once: what the partition's last transaction did is unknown (its commit
-        timed out, or its producer was fenced): stop handing it out now and take it up again
-        at the next step (claim, fence, read the log, start at the committed offset)."""
-        if (topic, partition) in self.holdings:
+    def retake(self, topic: str, partition: int, epoch: int) -> None:
+        """Exactly-once: what the partition's last transaction under claim ``epoch`` did is
+        unknown (its commit timed out, or its producer was fenced): stop handing it out now
+        and take it up again at the next step (claim, fence, read the log, start at the
+        committed offset). Nothing happens when ``epoch`` is no longer the held claim's: the
+        partition was given up, or taken up again, meanwhile."""
+        holding = self.holdings.get((topic, partition))
+        if holding is not None and holding.epoch == epoch:
             self._drop((topic, partition))
             self._untaken.add((topic, partition))
 

@@ -170,8 +170,9 @@ class TransactionBatch:
 class BatchCommitter:
     """Makes, commits and aborts the batches of one exactly-once member.
 
-    ``engine_lock`` guards the engine (the threaded consumer's host lock); ``retake(topic,
-    partition)`` takes a partition up again (under that lock); ``give_back(batch)`` makes the
+    ``engine_lock`` guards the engine (the threaded consumer's host lock); ``retake(lease)``
+    takes the lease's partition up again if the lease is still the held claim's (under that
+    lock); ``give_back(batch)`` makes the
     batch's records come again (fetching restarts at its first offset); ``encode`` turns the
     commit message into the record's bytes (signed in authenticated groups);
     ``coordination_partition(topic)`` places it; ``now_ms`` is the engine's (broker) clock
@@ -183,7 +184,7 @@ class BatchCommitter:
                  coordination_partition: Callable[[str], int], encode: Callable[[Message], bytes],
                  now_ms: Callable[[], int], monotonic_ms: Callable[[], float],
                  engine_lock: AbstractContextManager[Any],
-                 retake: Callable[[str, int], None],
+                 retake: Callable[[PartitionLease], None],
                  give_back: Callable[[TransactionBatch], None]) -> None:
         self.group = group
         self.client_id = client_id
@@ -285,5 +286,5 @@ class BatchCommitter:
             # step takes the partition up again: fence, read the log, start at the
             # committed offset) -- unless the claim is gone already.
             with self.engine_lock:
-                self.retake(batch.topic, batch.partition)
+                self.retake(batch.lease)
         self._end(batch)

@@ -29,6 +29,7 @@ from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine import MemberEngine
 from marshal_py.client.eos_batch import BatchCommitter, TransactionBatch
 from marshal_py.client.fetchers import FetcherKind, OpeningFetcher
+from marshal_py.client.lease import PartitionLease
 from marshal_py.client.transactions import KafkaFencing, commit_writer
 from marshal_py.errors import ConfigurationError
 from marshal_py.log.kafka import KafkaLogConfig
@@ -156,8 +157,8 @@ class ExactlyOnceConsumer(Consumer):
     def _give_back(self, batch: TransactionBatch) -> None:
         self._handout.give_back(batch.lease, batch.first_offset)
 
-    def _retake(self, topic: str, partition: int) -> None:
-        self._engine.retake(topic, partition)
+    def _retake(self, lease: PartitionLease) -> None:
+        self._engine.retake(lease.topic, lease.partition, lease.epoch)
         self._coordinator.wake()
 
     @property

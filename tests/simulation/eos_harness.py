@@ -167,7 +167,8 @@ class EosMember:
             registry=self.fencing, coordination_topic=log.topic,
             coordination_partition=lambda t: coordination_partition(t, count), encode=encode,
             now_ms=clock, monotonic_ms=lambda: float(clock()),
-            engine_lock=contextlib.nullcontext(), retake=self.engine.retake,
+            engine_lock=contextlib.nullcontext(),
+            retake=lambda lease: self.engine.retake(lease.topic, lease.partition, lease.epoch),
             give_back=lambda batch: batch.lease.cursor.rewind(batch.first_offset))
         self.engine.start()
 

@@ -221,3 +221,25 @@ def test_every_input_record_is_output_exactly_once_through_crashes_and_pauses(
                 open_batches[name] = taken
     expected = Counter(f"{p}:{o}" for p in range(4) for o in range(produced[p]))
     assert w.outputs() == expected
+
+
+def test_a_batch_of_an_earlier_take_up_does_not_disturb_the_current_one() -> None:
+    """A batch opened before its partition was taken up again fails (its producer was
+    fenced by the new take-up), and the partition stays held under the new claim."""
+    w = World()
+    w.produce(0, 10)
+    a = w.member("a")
+    w.run([a], 300)
+    stale = a.next_batch()
+    assert stale is not None
+    a.process(stale)
+    a.engine.retake("orders", 0, stale.lease.epoch)  # e.g. a commit of another batch timed out
+    w.run([a], 300)  # taken up again: a new producer fenced the one the batch holds
+    current = a.engine.holdings[("orders", 0)]
+    assert current.epoch != stale.lease.epoch
+    assert not stale.commit()
+    assert a.engine.holdings[("orders", 0)] is current  # still held, not taken up once more
+    while (taken := a.next_batch()) is not None:
+        a.process(taken)
+        assert taken.commit()
+    assert w.outputs() == Counter(f"0:{o}" for o in range(10))
