@@ -160,7 +160,10 @@ class HandOut:
 
     def _replan(self) -> None:
         reading = {k for k, f in self.feeds.items() if not f.lapsed}
-        self.plan = (reading, self._seeks)
+        # Seeks of a plan not taken yet stay in it (a later seek of a partition wins): two
+        # changes between two takes must not lose the first one's seeks.
+        pending = self.plan[1] if self.plan is not None else []
+        self.plan = (reading, pending + self._seeks)
         self._seeks = []
         self._order = deque(k for k in self._order if k in self.feeds)
 
