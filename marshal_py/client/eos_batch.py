@@ -116,6 +116,8 @@ class TransactionBatch:
         #: ``"open"``, ``"committed"`` or ``"aborted"``.
         self.state = "open"
         self.sent = 0
+        #: A send failed: the batch was aborted at once (see :meth:`send`).
+        self.failed = False
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.records)
@@ -130,16 +132,26 @@ class TransactionBatch:
     def send(self, topic: str, value: bytes | str | None, key: bytes | str | None = None,
              headers: Headers | None = None, partition: int | None = None) -> None:
         """Produce a record to ``topic`` in this batch's transaction: read_committed
-        readers see it if, and only if, the batch commits."""
+        readers see it if, and only if, the batch commits.
+
+        A send that fails (the broker went away, the producer was fenced) aborts the batch at
+        once: its records come again, later sends of it do nothing and :meth:`commit`
+        returns False. Only what can never work raises (a ``ConfigurationError``: no
+        permission to write the topic, say)."""
+        if self.failed:
+            return
         if self.state != "open":
             raise ConfigurationError(f"this batch is {self.state}: send output before "
                                      "commit() or abort()")
         payload, key_bytes = _as_bytes(value, "value"), _as_bytes(key, "key")
         try:
             self._producer.send(topic, payload, key_bytes, headers, partition)
-        except MarshalError:
-            self._committer.abort(self)
-            raise
+        except MarshalError as exc:
+            self.failed = True
+            self._committer.failed(self, exc, f"sending to {topic!r}")
+            if isinstance(exc, ConfigurationError):
+                raise
+            return
         self.sent += 1
 
     def commit(self) -> bool:
@@ -219,7 +231,7 @@ class BatchCommitter:
         try:
             producer.begin()
         except MarshalError as exc:
-            self._failed(batch, exc, "beginning its transaction")
+            self.failed(batch, exc, "beginning its transaction")
             if isinstance(exc, ConfigurationError):
                 raise
             return None
@@ -241,7 +253,7 @@ class BatchCommitter:
                                    self.coordination_partition(batch.topic),
                                    self.encode(message))
         except MarshalError as exc:
-            self._failed(batch, exc, "committing")
+            self.failed(batch, exc, "committing")
             if isinstance(exc, ConfigurationError):
                 raise
             return False
@@ -256,7 +268,7 @@ class BatchCommitter:
         try:
             batch._producer.abort()
         except MarshalError as exc:
-            self._failed(batch, exc, "aborting")
+            self.failed(batch, exc, "aborting")
             return
         self._end(batch)
 
@@ -266,7 +278,7 @@ class BatchCommitter:
         self.registry.release(batch._producer)
         self.give_back(batch)
 
-    def _failed(self, batch: TransactionBatch, exc: MarshalError, doing: str) -> None:
+    def failed(self, batch: TransactionBatch, exc: MarshalError, doing: str) -> None:
         """The batch's transaction failed while ``doing``: abort it when the producer still
         can, else (fenced, outcome unknown) take the partition up again."""
         log.warning("%s/%d: %s the batch at offsets %d..%d failed: %s", batch.topic,

@@ -26,6 +26,7 @@ from marshal_py.client.eos_batch import (
     TransactionOutcomeUnknownError,
 )
 from marshal_py.client.transactions import transactional_id
+from marshal_py.errors import BrokerUnavailableError
 from marshal_py.log import MemoryLog
 from marshal_py.protocol import coordination_partition, encode
 from marshal_py.world import Rationalizer, RationalizerConfig
@@ -44,6 +45,8 @@ class FakeProducer:
         self.retired = False
         #: Called inside commit() before it reaches the broker (a pause, a takeover).
         self.before_commit: Callable[[], None] | None = None
+        #: Sends fail (the broker went away) while set.
+        self.failing_sends = False
 
     def _check(self) -> None:
         if self.broker.epochs.get(self.tid) != self.epoch:
@@ -56,6 +59,8 @@ class FakeProducer:
     def send(self, topic: str, value: bytes | None, key: bytes | None,
              headers: Sequence[tuple[str, bytes]] | None, partition: int | None) -> Any:
         self._check()
+        if self.failing_sends:
+            raise BrokerUnavailableError("the broker went away (test)")
         self.pending.append((topic, key, value))
 
     def commit(self, coordination_topic: str, coordination_partition_: int,

@@ -243,3 +243,22 @@ def test_a_batch_of_an_earlier_take_up_does_not_disturb_the_current_one() -> Non
         a.process(taken)
         assert taken.commit()
     assert w.outputs() == Counter(f"0:{o}" for o in range(10))
+
+
+def test_a_failed_send_aborts_the_batch_and_gives_its_records_back() -> None:
+    w = World()
+    w.produce(0, 6)
+    a = w.member("a")
+    w.run([a], 300)
+    batch = a.next_batch()
+    assert batch is not None
+    a.fencing.producers[("orders", 0)].failing_sends = True
+    a.process(batch)  # the first send fails: aborted at once, the others do nothing
+    assert batch.failed and batch.state == "aborted"
+    assert not batch.commit()
+    a.fencing.producers[("orders", 0)].failing_sends = False
+    again = a.next_batch()
+    assert again is not None and again.first_offset == 0  # given back
+    a.process(again)
+    assert again.commit()
+    assert w.outputs() == Counter(f"0:{o}" for o in range(5))
