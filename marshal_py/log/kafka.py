@@ -94,7 +94,7 @@ def _awaiting(future: Any) -> Callable[[float], Any]:
 
 #: A long poll of the coordination log looks this often (seconds) whether its reader has
 #: passed positions that hold no record.
-_MARKER_CHECK_S = 0.02
+_MARKER_CHECK_S = 0.1
 
 
 def _poll_or_passed(consumer: KafkaConsumer, wanted: Mapping[TopicPartition, int],
