@@ -24,7 +24,10 @@ data. Each run then uses a fresh data topic, coordination topic and group:
    * ``stop``: SIGSTOP of a random running consumer for 2.5 to 4 heartbeat intervals, then
      SIGCONT: a zombie, whose partitions (or slots, or share locks) move while it is frozen;
    * ``broker``: SIGKILL of the broker, 0 to 2 heartbeat intervals down, then a restart on
-     the same data directory and ports (the restart itself takes some seconds).
+     the same data directory and ports (the restart itself takes some seconds); with
+     ``--brokers 3`` (a three-node :class:`~marshal_py.devbroker.cluster.DevCluster`,
+     replication 3) SIGKILL of the node leading the run's coordination partition, which the
+     cluster replaces while it is down (:mod:`chaos.cluster`).
 
    A consumer that raises (e.g. while the broker is down) exits; the runner journals it and
    starts a replacement with the same client id, and the report counts it.
@@ -128,6 +131,9 @@ class Options:
     kafka_config: dict[str, Any] = field(default_factory=dict)
     #: Run authenticated groups: every coordination record signed with a per-run key.
     signed: bool = False
+    #: Kafka nodes: 1 (the broker fault kills the broker) or more (a DevCluster; the broker
+    #: fault kills the node leading the run's coordination partition).
+    brokers: int = 1
 
 
 @dataclass
@@ -480,14 +486,18 @@ class Run:
 
         admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
         topics = [self.topic] + ([self.output] if self.mode == "eos" else [])
+        replication = getattr(self.broker, "replication", 1)
         try:
             admin.create_topics({name: {"num_partitions": options.partitions,
-                                        "replication_factor": 1} for name in topics},
+                                        "replication_factor": replication}
+                                 for name in topics},
                                 wait_for_metadata=True)
         finally:
             admin.close()
         follower = Follower(self.bootstrap, self.coordination_topic, self.group, self.topic,
                             int(self.hi * 1000), self.auth_key)
+        if hasattr(self.broker, "target"):  # a cluster: broker faults kill this leader
+            self.broker.target = (self.coordination_topic, follower.home)
         meta = {"mode": self.mode, "group": self.group, "topic": self.topic,
                 "coordination_topic": self.coordination_topic,
                 "partitions": options.partitions, "coordination_partitions": follower.count,
@@ -626,8 +636,15 @@ def run_campaign(options: Options, report: Callable[[RunOutcome], None] | None =
     own_broker = broker is None
     outcomes: list[RunOutcome] = []
     if own_broker:
-        broker = DevBroker(data_dir=base / "broker", heap="512m")
-        log.info("starting the broker (data in %s)", base / "broker")
+        if options.brokers > 1:
+            from chaos.cluster import LeaderKiller
+
+            broker = LeaderKiller(options.brokers, base / "cluster")
+            log.info("starting a %d-node cluster (data in %s)", options.brokers,
+                     base / "cluster")
+        else:
+            broker = DevBroker(data_dir=base / "broker", heap="512m")
+            log.info("starting the broker (data in %s)", base / "broker")
         broker.start()
     try:
         number = 0
@@ -663,6 +680,7 @@ def run_campaign(options: Options, report: Callable[[RunOutcome], None] | None =
         if own_broker:
             broker.stop()
             shutil.rmtree(base / "broker", ignore_errors=True)
+            shutil.rmtree(base / "cluster", ignore_errors=True)
             if options.directory is None and not any(base.iterdir()):
                 base.rmdir()
     return outcomes
@@ -887,6 +905,9 @@ def parser() -> argparse.ArgumentParser:
                    metavar="KEY=VALUE",
                    help="a kafka-python setting for the consumers' clients (Marshaler "
                         "kafka_config), e.g. reconnect_backoff_max_ms=1000; repeatable")
+    p.add_argument("--brokers", type=int, default=1, choices=range(1, 6), metavar="1..5",
+                   help="Kafka nodes (default 1); with 3, the broker fault kills the node "
+                        "leading the run's coordination partition (a DevCluster)")
     p.add_argument("--signed", action="store_true",
                    help="authenticated groups: every coordination record signed with a key of "
                         "the run (a genuine record rejected is a violation)")
@@ -944,7 +965,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lock_duration=args.lock_duration, delivery_limit=args.delivery_limit,
         work_ms=args.work_ms, drain_timeout=args.drain_timeout, directory=args.dir,
         keep=args.keep, fsync=args.fsync, kafka_config=dict(args.kafka_config),
-        signed=args.signed)
+        signed=args.signed, brokers=args.brokers)
     total_runs = len(options.modes) * options.runs
     if not args.json:
         print(f"chaos: seed {seed}, {total_runs} run(s) of {', '.join(options.modes)}, "
