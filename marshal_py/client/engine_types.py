@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Literal, Protocol
 
 Mode = Literal["alo", "amo"]
+#: What an exclusive engine runs: a :data:`Mode`, or ``"eos"`` (exactly-once
+#: consume-transform-produce: it works as for ``"alo"`` and takes partitions up through a
+#: :class:`~marshal_py.client.fencing.Fencing`).
+EngineMode = Literal["alo", "amo", "eos"]
 OffsetReset = Literal["latest", "earliest"]
 Balance = Literal["fair", "greedy"]
 
