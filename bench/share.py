@@ -134,14 +134,14 @@ def _consume(marshaler: Any, topic: str, work_ms: float) -> dict[str, Any]:
     consumer = marshaler.consumer([topic], "share", offset_reset="earliest",
                                   batch_size=BATCH_SIZE, acknowledgement="explicit")
     fetched = [0]  # records the data consumer fetched (its own and other members')
-    poll = consumer._data.poll
+    poll = consumer._fetcher.poll
 
     def counting_poll(*args: Any, **kwargs: Any) -> Any:
         polled = poll(*args, **kwargs)
-        fetched[0] += sum(len(batch) for batch in polled.values())
+        fetched[0] += sum(len(batch.records) for batch in polled)
         return polled
 
-    consumer._data.poll = counting_poll  # counts what ShareConsumer._fetch reads
+    consumer._fetcher.poll = counting_poll  # counts what ShareConsumer._fetch reads
 
     def wait_for_stop() -> None:
         sys.stdin.readline()  # "stop" (or end of input)

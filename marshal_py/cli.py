@@ -355,7 +355,7 @@ def _record_json(record: Any) -> dict[str, object]:
                    "at most two windows).")
 @click.option("--fetcher", type=click.Choice(list(FETCHER_KINDS)), default="kafka-python",
               show_default=True,
-              help="alo/amo: the client that fetches records: kafka-python, or confluent "
+              help="the client that fetches records (every mode): kafka-python, or confluent "
                    "(librdkafka, several times faster; pip install 'marshal_py[librdkafka]').")
 @click.option("--isolation-level", type=click.Choice(list(ISOLATION_LEVELS)),
               help="read_committed: only records of committed transactions, up to the last "

@@ -112,9 +112,14 @@ class _Fields(NamedTuple):
     message: Any
 
 
+def _length(raw: bytes | None) -> int:
+    return -1 if raw is None else len(raw)
+
+
 class ConfluentRecord(tuple):  # type: ignore[type-arg]
     """A record of the confluent fetcher, shaped like kafka-python's ``ConsumerRecord``:
-    ``topic partition offset key value headers timestamp timestamp_type`` (headers: (str,
+    ``topic partition offset key value headers timestamp timestamp_type
+    serialized_key_size serialized_value_size`` (headers: (str,
     bytes) pairs, [] when none; timestamp: ms; its type 0 CreateTime, 1 LogAppendTime; both
     None when the record has none) and ``message``, the ``confluent_kafka.Message``. A tuple
     (topic, partition, offset, message) built in C; the rest is read from the message."""
@@ -128,6 +133,10 @@ class ConfluentRecord(tuple):  # type: ignore[type-arg]
     timestamp = property(lambda self: _ms(*self[3].timestamp()), doc="The timestamp in ms.")
     timestamp_type = property(lambda self: _TIMESTAMP_TYPES[self[3].timestamp()[0]],
                               doc="0: CreateTime, 1: LogAppendTime.")
+    serialized_key_size = property(lambda self: _length(self[3].key()),
+                                   doc="The key's length in bytes (-1: no key).")
+    serialized_value_size = property(lambda self: _length(self[3].value()),
+                                     doc="The value's length in bytes (-1: no value).")
 
     def __repr__(self) -> str:
         return f"ConfluentRecord(topic={self[0]!r}, partition={self[1]}, offset={self[2]})"

@@ -19,6 +19,7 @@ from kafka import TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
 from marshal_py.client.delivery import PollWatch
+from marshal_py.client.fetchers import OpeningFetcher
 from marshal_py.client.key_shared_engine import KeySharedEngine
 from marshal_py.client.member_consumer import MemberConsumer
 from marshal_py.errors import ConfigurationError
@@ -84,11 +85,12 @@ class KeySharedConsumer(MemberConsumer[ConsumerRecord]):
     _engine: KeySharedEngine
 
     def __init__(self, host: MemberHost, engine: KeySharedEngine, kafka: KafkaLogConfig,
-                 tick_interval_s: float, commit_mode: CommitMode = "implicit") -> None:
+                 tick_interval_s: float, commit_mode: CommitMode = "implicit",
+                 fetcher: OpeningFetcher | None = None) -> None:
         if commit_mode not in ("implicit", "explicit"):
             raise ConfigurationError(
                 f"commit_mode must be 'implicit' or 'explicit', not {commit_mode!r}")
-        super().__init__(host, kafka)
+        super().__init__(host, kafka, fetcher)
         self._engine = engine
         self.topics = engine.config.topics
         self.commit_mode: CommitMode = commit_mode

@@ -93,7 +93,7 @@ class Marshaler:
     record this member writes is signed with the first key, and records about the group
     that no key signed are ignored (counted in ``rationalizer.rejected_count()``). Give
     every member the same keys; while rotating, two (new first once all members know it).
-    ``fetcher``: how exclusive consumers fetch records: ``"kafka-python"`` (default) or
+    ``fetcher``: how consumers (every mode) fetch records: ``"kafka-python"`` (default) or
     ``"confluent"`` (librdkafka through confluent-kafka, several times faster; install
     ``marshal_py[librdkafka]``). Coordination always goes through kafka-python.
     ``compat="v1"``: the group is shared with members of the original (Go) implementation
@@ -334,17 +334,25 @@ class Marshaler:
         data = self._data_config(isolation_level)
         max_poll_ms = seconds_to_ms(max_poll_interval, "max_poll_interval")
         consumer: Consumer | ShareConsumer | KeySharedConsumer
-        if mode == "key-shared":
-            keyed, source = self._key_shared_engine(wanted, offset_reset, data, max_poll_ms)
-            consumer = KeySharedConsumer(self._host, keyed, data, self._tick_s, commit_mode)
-        elif mode == "share":
-            share, source = self._share_engine(wanted, offset_reset, lock_duration,
-                                               delivery_limit, inflight_limit, batch_size,
-                                               start_time, dead_letter_topic, data,
-                                               max_poll_ms)
-            consumer = ShareConsumer(
-                self._host, share, data, self._share_tick_s(lock_duration),
-                acknowledgement, dead_letter_topic)
+        if mode == "key-shared" or mode == "share":
+            # The data fetcher connects while the member joins (both are round trips).
+            opening = OpeningFetcher(self.config.fetcher, data, wanted)
+            try:
+                if mode == "key-shared":
+                    keyed, source = self._key_shared_engine(wanted, offset_reset, data,
+                                                            max_poll_ms)
+                    consumer = KeySharedConsumer(self._host, keyed, data, self._tick_s,
+                                                 commit_mode, fetcher=opening)
+                else:
+                    share, source = self._share_engine(
+                        wanted, offset_reset, lock_duration, delivery_limit, inflight_limit,
+                        batch_size, start_time, dead_letter_topic, data, max_poll_ms)
+                    consumer = ShareConsumer(
+                        self._host, share, data, self._share_tick_s(lock_duration),
+                        acknowledgement, dead_letter_topic, fetcher=opening)
+            except BaseException:
+                opening.abandon()
+                raise
         else:
             fencing = None if mode != "eos" else KafkaFencing(
                 self._log_config, self.group_id, timeout_s=self.config.timeout_ms / 1000,

@@ -1,10 +1,11 @@
 """What the three consumers share: a data consumer, a coordination thread, and closing.
 
-Each consumer (exclusive, share, key-shared) fetches records with a kafka-python consumer on
-manually assigned partitions (no Kafka consumer group) while a background thread drives its
-engine. :class:`MemberConsumer` owns those two parts and the order in which they shut down;
-:meth:`MemberConsumer._follow_plan` keeps the data consumer on the partitions and positions an
-engine's fetch plan names, seeking whenever a partition's fetch epoch changes.
+Each consumer (exclusive, share, key-shared) fetches records with a data fetcher (kafka-python,
+or librdkafka with ``fetcher="confluent"``) on manually assigned partitions (no Kafka consumer
+group) while a background thread drives its engine. :class:`MemberConsumer` owns those two
+parts and the order in which they shut down; :meth:`MemberConsumer._follow_plan` keeps the
+data consumer on the partitions and positions an engine's fetch plan names, seeking whenever
+a partition's fetch epoch changes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from marshal_py.client.coordinator import CoordinationThread
 from marshal_py.client.delivery import DeliveryLoop, warn_suspended
-from marshal_py.client.fetchers import FetchedBatch, KafkaPythonFetcher
+from marshal_py.client.fetchers import DataFetcher, FetchedBatch, KafkaPythonFetcher, OpeningFetcher
 from marshal_py.client.member_base import MemberConfig
 from marshal_py.log.kafka import KafkaLogConfig
 
@@ -55,13 +56,16 @@ class MemberConsumer(DeliveryLoop[R], Generic[R]):
     #: Fetched records waiting to be handed out (the subclass's own shape).
     _buffer: deque[Any]
 
-    def __init__(self, host: MemberHost, kafka: KafkaLogConfig) -> None:
+    def __init__(self, host: MemberHost, kafka: KafkaLogConfig,
+                 fetcher: OpeningFetcher | None = None) -> None:
         super().__init__()
         self._host = host
         self._lock = host.lock
         self._kafka = kafka
-        self._fetcher = KafkaPythonFetcher(kafka)
-        self._data = self._fetcher.consumer
+        #: The data fetcher: the one ``fetcher`` opened (it connected while the member
+        #: joined), else kafka-python's.
+        self._fetcher: DataFetcher = KafkaPythonFetcher(kafka) if fetcher is None \
+            else fetcher.result()
         #: The fetch epoch the data consumer was positioned for, per partition it reads.
         self._epochs: dict[TP, int] = {}
         self._thread: CoordinationThread | None = None

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from marshal_py.client.dead_letters import DeadLetterWriter
 from marshal_py.client.delivery import PollWatch
+from marshal_py.client.fetchers import OpeningFetcher
 from marshal_py.client.member_consumer import MemberConsumer
 from marshal_py.client.share_engine import ShareEngine, ShareStats
 from marshal_py.errors import BrokerUnavailableError, ConfigurationError, MarshalError
@@ -76,10 +77,11 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
 
     def __init__(self, host: MemberHost, engine: ShareEngine, kafka: KafkaLogConfig,
                  tick_interval_s: float, acknowledgement: AckMode = "implicit",
-                 dead_letter_topic: str | None = None) -> None:
+                 dead_letter_topic: str | None = None,
+                 fetcher: OpeningFetcher | None = None) -> None:
         if acknowledgement not in ("implicit", "explicit"):
             raise ConfigurationError("acknowledgement must be 'implicit' or 'explicit'")
-        super().__init__(host, kafka)
+        super().__init__(host, kafka, fetcher)
         self._engine = engine
         self.topics = engine.config.topics
         self.acknowledgement = acknowledgement

@@ -586,15 +586,15 @@ def test_a_redelivery_acquired_during_a_fetch_is_delivered_not_silently_accepted
 
         cluster.produce(5)  # 10-14
         wait_for(lambda: a_holds(*range(10, 15)), 10, "A to acquire 10-14")
-        real_poll = a._data.poll
+        real_poll = a._fetcher.poll
 
         def slow_poll(*args: Any, **kwargs: Any) -> Any:
-            a._data.poll = real_poll
+            a._fetcher.poll = real_poll
             append_b(AcknowledgingRecords(int(time.time()), *fields, "0", "release"))
             wait_for(lambda: a_holds(0), 10, "A's background thread to acquire offset 0")
             return real_poll(*args, **kwargs)
 
-        a._data.poll = slow_poll
+        a._fetcher.poll = slow_poll
         got = poll_until(a, 20, "10-14")
         assert [r.offset for r in got] == list(range(10, 15))
         for record in got:
@@ -630,7 +630,7 @@ def test_an_acknowledgement_with_a_bad_kind_leaves_the_record_unacknowledged(
 
 def test_a_mistyped_mode_names_every_mode(cluster: ShareCluster) -> None:
     with cluster.marshaler("mode-typo") as m:
-        with pytest.raises(ConfigurationError, match=r"^mode must be one of 'alo', 'amo', "
+        with pytest.raises(ConfigurationError, match=r"^mode must be one of 'alo', 'amo', 'eos', "
                            r"'share', 'key-shared', not 'shared'$"):
             m.consumer([cluster.topic], "shared")  # type: ignore[arg-type]
         with pytest.raises(ConfigurationError, match=r"not 'key-shared'$"):

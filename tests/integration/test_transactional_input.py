@@ -91,6 +91,9 @@ def lag_rows(bootstrap: str, ctopic: str, group: str) -> list[tuple[int, int, in
     ("share", "kafka-python", None),
     ("share", "kafka-python", "read_uncommitted"),
     ("key-shared", "kafka-python", None),
+    ("share", "confluent", None),
+    ("share", "confluent", "read_uncommitted"),
+    ("key-shared", "confluent", None),
 ])
 def test_transactions_are_read_at_the_isolation_level_and_lag_ends_at_zero(
         kafka_bootstrap: str, unique_name: str, mode: str, fetcher: str,
