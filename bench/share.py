@@ -113,6 +113,7 @@ def worker_main() -> None:
             marshaler = Marshaler(order["bootstrap"], group_id=order["group"],
                                   client_id=order["client_id"],
                                   heartbeat_interval=order["heartbeat_interval"],
+                                  fetcher=order.get("fetcher", "kafka-python"),
                                   coordination_topic=order["coordination_topic"])
         except Exception as exc:
             say(error=f"Marshaler: {exc}")
@@ -331,9 +332,10 @@ class Run:
 
 def run_once(bootstrap: str, workers: Sequence[Worker], consumers: int, topic: str,
              records: int, work_ms: float, heartbeat_interval_s: float,
-             cli: bool = False) -> Run:
+             cli: bool = False, fetcher: str = "kafka-python") -> Run:
     """One run with ``consumers`` members: the pool's workers, or (``cli``) fresh
-    ``marshal consume`` processes whose start-up is then inside the measured time."""
+    ``marshal consume`` processes whose start-up is then inside the measured time.
+    ``fetcher``: the members' data fetcher (``Marshaler(fetcher=...)``)."""
     tag = uuid.uuid4().hex[:8]
     group, coordination_topic = f"{GROUP_PREFIX}.{tag}", f"__marshal_bench_share_{tag}"
     observer = Observer(bootstrap, coordination_topic, group, topic, records,
@@ -352,7 +354,8 @@ def run_once(bootstrap: str, workers: Sequence[Worker], consumers: int, topic: s
             members.extend(workers[:consumers])
             order = {"cmd": "prepare", "bootstrap": bootstrap,
                      "coordination_topic": coordination_topic, "group": group, "topic": topic,
-                     "work_ms": work_ms, "heartbeat_interval": heartbeat_interval_s}
+                     "work_ms": work_ms, "heartbeat_interval": heartbeat_interval_s,
+                     "fetcher": fetcher}
             for k, worker in enumerate(workers[:consumers]):
                 worker.send(json.dumps({**order, "client_id": f"member-{k}"}))
             for worker in workers[:consumers]:

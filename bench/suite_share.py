@@ -17,6 +17,8 @@ setting, per member count, ours then native; then, at 0 ms, the perf-test ceilin
   coordination record that moved the SPSO to N (an observer replays the coordination
   partition). Coordination records per 1,000 consumed: the coordination partition's records
   from go to that record, per 1,000.
+  At 0 ms the same members run again fetching with librdkafka (``fetcher="confluent"``), as
+  the native anchor does: rows "N (ours with librdkafka)".
 * **Native** (:func:`bench.native_share.run_once`): Kafka's KIP-932 share groups on the same
   broker through confluent-kafka's ``ShareConsumer`` (librdkafka), each member a ``python -m
   bench.native_share --worker`` process, explicit acknowledgement (``ACCEPT`` per record after
@@ -105,6 +107,8 @@ def run(ctx: BenchContext) -> SuiteReport:
         topics[work] = ctx.create_topic(f"bench-share-{ctx.tag()}", 1)
         ctx.produce(topics[work], sizes.records[work], 1, size=share.RECORD_BYTES)
     ours: dict[tuple[float, int], Cell] = {}
+    #: 0 ms rows again with our members fetching through librdkafka, as the native anchor.
+    ours_rdk: dict[int, Cell] = {}
     native: dict[tuple[float, int], Cell] = {}
     perf: dict[int, Cell] = {t: Cell.empty() for t in sizes.perf_threads}
     raw: dict[str, list[dict[str, Any]]] = {"ours": [], "native": [], "perf_test": []}
@@ -132,6 +136,24 @@ def run(ctx: BenchContext) -> SuiteReport:
                             f"({mine.steady_rate(records):,.0f} after joining), "
                             f"{mine.duplicates} duplicates, "
                             f"{mine.per_1000(records):.1f} coordination records / 1,000")
+                    if work == 0.0:
+                        ctx.say(f"repetition {i + 1}/{repeat}: {members} member(s), 0 ms, "
+                                f"{records:,} records: ours, fetching with librdkafka")
+                        rdk = share.run_once(ctx.bootstrap, our_workers, members, topic,
+                                             records, work, HI_S, fetcher="confluent")
+                        cell = ours_rdk.setdefault(members, Cell.empty())
+                        cell.rate.append(rdk.rate(records))
+                        cell.steady.append(rdk.steady_rate(records))
+                        cell.to_first_s.append(rdk.to_first_acquire_s)
+                        cell.duplicates.append(rdk.duplicates)
+                        cell.per_1000.append(rdk.per_1000(records))
+                        cell.split = "/".join(str(n) for n in rdk.per_member)
+                        raw.setdefault("ours_librdkafka", []).append({
+                            "repetition": i, "work_ms": work, "members": members,
+                            "records": records, **asdict(rdk)})
+                        ctx.say(f"  ours (librdkafka) {rdk.rate(records):,.0f} records/s "
+                                f"({rdk.steady_rate(records):,.0f} after joining), "
+                                f"{rdk.duplicates} duplicates")
                     ctx.say(f"repetition {i + 1}/{repeat}: {members} member(s), {work:g} ms, "
                             f"{records:,} records: native")
                     theirs = native_share.run_once(ctx.bootstrap, workers, members, topic,
@@ -162,29 +184,36 @@ def run(ctx: BenchContext) -> SuiteReport:
                                              "records": records, **asdict(result)})
                     ctx.say(f"  perf test {result.records_per_s:,.0f} records/s "
                             f"({result.steady_per_s or float('nan'):,.0f} after the first)")
-    return _report(ctx, sizes, ours, native, perf, raw)
+    return _report(ctx, sizes, ours, ours_rdk, native, perf, raw)
+
+
+def _row(label: str, a: Cell, b: Cell) -> list[str]:
+    return [
+        label,
+        Measured(a.rate).cell(), Measured(b.rate).cell(),
+        ratio(statistics.median(a.rate), statistics.median(b.rate)),
+        Measured(a.steady).cell(), Measured(b.steady).cell(),
+        ratio(statistics.median(a.steady), statistics.median(b.steady)),
+        f"{statistics.median(a.to_first_s):.2f} / {statistics.median(b.to_first_s):.2f}",
+        str(sum(a.duplicates)), str(sum(b.duplicates)),
+        Measured(a.per_1000).cell(1), f"{a.split} / {b.split}",
+    ]
 
 
 def _report(ctx: BenchContext, sizes: Sizes, ours: dict[tuple[float, int], Cell],
-            native: dict[tuple[float, int], Cell], perf: dict[int, Cell],
-            raw: dict[str, Any]) -> SuiteReport:
+            ours_rdk: dict[int, Cell], native: dict[tuple[float, int], Cell],
+            perf: dict[int, Cell], raw: dict[str, Any]) -> SuiteReport:
     tables, plots = [], []
     for work in sizes.works_ms:
         records = sizes.records[work]
         counts = sizes.members[work]
         rows = []
         for members in counts:
-            a, b = ours[(work, members)], native[(work, members)]
-            rows.append([
-                str(members),
-                Measured(a.rate).cell(), Measured(b.rate).cell(),
-                ratio(statistics.median(a.rate), statistics.median(b.rate)),
-                Measured(a.steady).cell(), Measured(b.steady).cell(),
-                ratio(statistics.median(a.steady), statistics.median(b.steady)),
-                f"{statistics.median(a.to_first_s):.2f} / {statistics.median(b.to_first_s):.2f}",
-                str(sum(a.duplicates)), str(sum(b.duplicates)),
-                Measured(a.per_1000).cell(1), f"{a.split} / {b.split}",
-            ])
+            rows.append(_row(str(members), ours[(work, members)], native[(work, members)]))
+        if work == 0.0:
+            for members in counts:
+                rows.append(_row(f"{members} (ours with librdkafka)", ours_rdk[members],
+                                 native[(work, members)]))
         notes = [
             f"{records:,} records of 100 bytes on one partition, {work:g} ms of work per record; "
             f"median (range) of {len(ours[(work, counts[0])].rate)} repetition(s). "
@@ -194,6 +223,10 @@ def _report(ctx: BenchContext, sizes: Sizes, ours: dict[tuple[float, int], Cell]
             "ShareConsumer (explicit ACCEPT, commit_async per batch, librdkafka defaults). "
             "Duplicates: summed over the repetitions.",
         ]
+        if work == 0.0:
+            notes.append("*ours with librdkafka*: the same members with `fetcher=\"confluent\"` "
+                         "(records fetched by librdkafka, as the native anchor fetches them; "
+                         "coordination unchanged).")
         if work == 0.0:
             for threads in sizes.perf_threads:
                 cell = perf[threads]
@@ -221,6 +254,8 @@ def _report(ctx: BenchContext, sizes: Sizes, ours: dict[tuple[float, int], Cell]
             "ours, from go": [statistics.median(ours[(work, m)].rate) for m in counts],
             "ours, after joining": [statistics.median(ours[(work, m)].steady)
                                     for m in counts],
+            **({"ours with librdkafka, after joining": [
+                statistics.median(ours_rdk[m].steady) for m in counts]} if work == 0.0 else {}),
             "native (confluent-kafka), from go": [statistics.median(native[(work, m)].rate)
                                                   for m in counts],
             "native (confluent-kafka), after joining": [
