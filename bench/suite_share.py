@@ -96,6 +96,15 @@ class Cell:
     def empty(cls) -> Cell:
         return cls([], [], [], [], [])
 
+    def add(self, run: share.Run, records: int) -> None:
+        """One repetition of our members."""
+        self.rate.append(run.rate(records))
+        self.steady.append(run.steady_rate(records))
+        self.to_first_s.append(run.to_first_acquire_s)
+        self.duplicates.append(run.duplicates)
+        self.per_1000.append(run.per_1000(records))
+        self.split = "/".join(str(n) for n in run.per_member)
+
 
 def run(ctx: BenchContext) -> SuiteReport:
     sizes = Sizes.of(ctx.quick)
@@ -123,13 +132,7 @@ def run(ctx: BenchContext) -> SuiteReport:
                             f"{records:,} records: ours")
                     mine = share.run_once(ctx.bootstrap, our_workers, members, topic, records,
                                           work, HI_S)
-                    cell = ours.setdefault(key, Cell.empty())
-                    cell.rate.append(mine.rate(records))
-                    cell.steady.append(mine.steady_rate(records))
-                    cell.to_first_s.append(mine.to_first_acquire_s)
-                    cell.duplicates.append(mine.duplicates)
-                    cell.per_1000.append(mine.per_1000(records))
-                    cell.split = "/".join(str(n) for n in mine.per_member)
+                    ours.setdefault(key, Cell.empty()).add(mine, records)
                     raw["ours"].append({"repetition": i, "work_ms": work, "members": members,
                                         "records": records, **asdict(mine)})
                     ctx.say(f"  ours {mine.rate(records):,.0f} records/s "
@@ -141,13 +144,7 @@ def run(ctx: BenchContext) -> SuiteReport:
                                 f"{records:,} records: ours, fetching with librdkafka")
                         rdk = share.run_once(ctx.bootstrap, our_workers, members, topic,
                                              records, work, HI_S, fetcher="confluent")
-                        cell = ours_rdk.setdefault(members, Cell.empty())
-                        cell.rate.append(rdk.rate(records))
-                        cell.steady.append(rdk.steady_rate(records))
-                        cell.to_first_s.append(rdk.to_first_acquire_s)
-                        cell.duplicates.append(rdk.duplicates)
-                        cell.per_1000.append(rdk.per_1000(records))
-                        cell.split = "/".join(str(n) for n in rdk.per_member)
+                        ours_rdk.setdefault(members, Cell.empty()).add(rdk, records)
                         raw.setdefault("ours_librdkafka", []).append({
                             "repetition": i, "work_ms": work, "members": members,
                             "records": records, **asdict(rdk)})
