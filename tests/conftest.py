@@ -23,6 +23,11 @@ from tests.background import BackgroundJobs, awaits_background_job
 settings.register_profile("marshal", deadline=None)
 settings.load_profile("marshal")
 
+#: ``bin/test --fast`` (the edit-test loop): property tests run a tenth of their examples
+#: (at least 10). The full suite (``bin/test``) always runs them all.
+FAST = os.environ.get("MARSHAL_TESTS_FAST") == "1"
+FAST_EXAMPLES_DIVISOR = 10
+
 HERE = Path(__file__).resolve().parent
 #: Directories whose tests need no broker and no real time: CPU-bound on one core, they run
 #: first, while the background jobs take the other.
@@ -56,6 +61,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return 0 if _is_pure(item) else 1
 
     items.sort(key=rank)
+    if FAST:
+        for item in items:
+            _fewer_examples(item)
+
+
+def _fewer_examples(item: pytest.Item) -> None:
+    """A tenth of a Hypothesis test's examples (its own ``@settings`` included)."""
+    function = getattr(item, "function", None)
+    current = getattr(function, "_hypothesis_internal_use_settings", None)
+    if current is None:
+        return
+    fewer = max(10, current.max_examples // FAST_EXAMPLES_DIVISOR)
+    if fewer < current.max_examples:
+        function._hypothesis_internal_use_settings = settings(
+            current, max_examples=fewer)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -25,7 +25,7 @@ from marshal_py.world import Owner, Rationalizer, RationalizerConfig
 PARTITIONS = 2
 
 
-@pytest.fixture(params=["memory", "kafka"])
+@pytest.fixture(params=["memory", pytest.param("kafka", marks=pytest.mark.integration)])
 def log(request: pytest.FixtureRequest, unique_name: str) -> Iterator[CoordinationLog]:
     if request.param == "memory":
         memory = MemoryLog(partitions=PARTITIONS)
