@@ -13,23 +13,15 @@ from collections.abc import Iterable, Sequence
 
 from marshal_py.client.engine_types import EngineClock
 from marshal_py.errors import CoordinationLogLostError, MarshalError
-from marshal_py.identity import new_instance_id
 from marshal_py.log.base import CoordinationLog
 from marshal_py.log.checkpoint_chunks import split_checkpoint
 from marshal_py.log.checkpoints import history_floor, start_from_checkpoints
+from marshal_py.log.history import read_index_view, record_history
 from marshal_py.log.record_filter import RecordFilter
 from marshal_py.log.replay import catch_up, follow_once, read_through, replay_start
 from marshal_py.log.signing import MessageWriter
 from marshal_py.protocol import Checkpoint, Message, coordination_partition
-from marshal_py.protocol.index import (
-    CheckpointAt,
-    History,
-    IndexView,
-    checkpoint_key,
-    encode_entry,
-    history_key,
-    index_view,
-)
+from marshal_py.protocol.index import CheckpointAt, IndexView, checkpoint_key, encode_entry
 from marshal_py.protocol.messages import CheckpointChunk
 from marshal_py.world import CoordinationRecord, Outcome, Owner, Rationalizer
 from marshal_py.world.rationalizer import Verdict
@@ -104,8 +96,7 @@ class CoordinationChannel:
             # History in the index before that record was appended (PROTOCOL.md 6).
             ends = {p: self.log.end_position(p) for p in wanted}
             if self.group is not None:
-                self.index = index_view(self.log.read_index(), self.log.topic,
-                                        self.log.index_topic_id)
+                self.index = read_index_view(self.log)
             for partition in wanted:
                 window_start = replay_start(self.log, partition, now, replay_window_ms)
                 if self.group is None:
@@ -131,12 +122,7 @@ class CoordinationChannel:
         if self.group is None or self.index is None:
             return
         for topic, partition in self.partitions.items():
-            if self.index.history_start(self.group, topic) is not None:
-                continue
-            entry = History(self.log.topic, self.log.index_topic_id, self.group, topic,
-                            ends[partition])
-            self.log.append_index(history_key(self.group, topic, new_instance_id()),
-                                  encode_entry(entry))
+            record_history(self.log, self.group, topic, index=self.index, end=ends[partition])
 
     def maybe_checkpoint(self, me: Owner) -> int:
         """Write the group's checkpoint on each topic where one is due; return how many.
