@@ -1,6 +1,6 @@
 """Suite ``coordination``: what the coordination path costs, against Kafka's own, on one broker.
 
-Five measurements, each repeated ``ctx.repeat`` times (interleaved where there is an anchor):
+Seven measurements, each repeated ``ctx.repeat`` times (interleaved where there is an anchor):
 
 1. **Claim latency** (ours): members join a fresh 12-partition topic one after the other,
    each taking one partition (``max_claims=1``, HI 1 s): the engine's
@@ -38,6 +38,12 @@ Five measurements, each repeated ``ctx.repeat`` times (interleaved where there i
    ``KafkaConsumer`` process assigned the same 100 partitions reading the same data. Both
    are read (VmHWM in ``/proc/<pid>/status``) once they have received every record, then
    stopped.
+6. **A new group among neighbours** and 7. **steady state with neighbours**
+   (:mod:`bench.neighbours`): a brand-new group's time to its first record with 1,000,000
+   (``--quick``: 20,000) records of 10 other groups on its coordination partition, against
+   the same on a quiet one; an ALO member's records/s while 20,000 coordination records/s of
+   other groups are written to its coordination partition, against the same load written
+   elsewhere (200,000 records read; ``--quick``: 10,000).
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ from typing import Any, cast
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from bench import replay
+from bench import neighbours, replay
 from bench.cli_process import ROOT, CliProcess
 from bench.consumer import claim_latency
 from bench.harness import BenchContext, BenchError, percentile, wait_for
@@ -86,15 +92,19 @@ class Sizes:
     consumed: int  # records per 1,000 measurement
     per_record_anchor: int  # records the commit-every-record anchor reads
     rss_per_partition: int
+    neighbour_records: int  # other groups' records before a new group joins
+    steady_records: int  # records the steady-state member reads
+    neighbour_rate: int = 20_000  # coordination records/s of other groups meanwhile
 
     @classmethod
     def of(cls, quick: bool) -> Sizes:
         if quick:
-            return cls(3, 20, 5_000, 20_000, 2_000, 2_000, 2_000, 20)
+            return cls(3, 20, 5_000, 20_000, 2_000, 2_000, 2_000, 20, 20_000, 10_000)
         scale = float(os.environ.get("BENCH_COORDINATION_SCALE", "1"))
         return cls(10, 100, int(200_000 * scale), int(1_000_000 * scale),
                    int(10_000 * scale), int(20_000 * scale), int(5_000 * scale),
-                   max(1, int(1_000 * scale)))
+                   max(1, int(1_000 * scale)), int(1_000_000 * scale),
+                   int(200_000 * scale))
 
 
 def _client(bootstrap: str, **options: Any) -> KafkaConsumer:
@@ -557,6 +567,11 @@ def run(ctx: BenchContext) -> SuiteReport:
         plots.append(Plot(f"Peak RSS holding {RSS_PARTITIONS} partitions", "bar", "process",
                           "MiB", ["marshal consume (ALO)", "kafka-python"],
                           {"VmHWM": [ours_mib.median, anchor_mib.median]}))
+
+        # 6. and 7. neighbours: a new group among them, and a member while they write
+        neighbour_tables, raw["neighbours"] = neighbours.run(
+            ctx, sizes.neighbour_records, sizes.steady_records, sizes.neighbour_rate)
+        tables += neighbour_tables
     finally:
         admin.close()
     return SuiteReport("coordination", ctx.command, tables, plots, raw)
