@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from marshal_py.log.base import CoordinationLog
 from marshal_py.log.checkpoints import start_from_checkpoints
+from marshal_py.log.history import read_index_view
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up, replay_start
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.placement import coordination_partition
@@ -97,10 +98,13 @@ def load_world(
     rationalizer = Rationalizer(config)
     if on_outcome is not None:
         rationalizer.observe(on_outcome)
+    # The group's checkpoint pointer (a view trusts no absence in the index: section 6.1).
+    index = read_index_view(log) if group is not None and topic is not None else None
     for partition in partitions:
         start = replay_start(log, partition, now, window_ms)
         if group is not None and topic is not None:
-            start_from_checkpoints(log, rationalizer, partition, group, [topic], start)
+            start_from_checkpoints(log, rationalizer, partition, group, [topic], start,
+                                   index=index)
         else:
             rationalizer.skip_to(partition, start)
     applied = catch_up(log, rationalizer, partitions, progress=progress)

@@ -48,6 +48,8 @@ _UNKNOWN_TOPIC = 3
 _TOPIC_AUTHORIZATION_FAILED = 29
 #: Where the rule is written, as warnings and errors name it.
 RULE = "PROTOCOL.md section 3"
+#: The index topic's max.compaction.lag.ms: no superseded record outlives it by much.
+INDEX_COMPACTION_LAG_MS = 3_600_000
 
 
 @dataclass
@@ -172,6 +174,9 @@ def _create_index_topic(config: KafkaLogConfig, admin: KafkaAdminClient,
         "cleanup.policy": "compact",
         "unclean.leader.election.enable": "false",
         "min.insync.replicas": str(min(2, replication)),
+        # Members re-point their group's newest checkpoint every checkpoint interval, and a
+        # joiner reads the whole index: compact within an hour (the active segment too).
+        "max.compaction.lag.ms": str(INDEX_COMPACTION_LAG_MS),
     }
     log.info("creating coordination index topic %s (1 partition, compacted, replication %d)",
              config.index_name, replication)
