@@ -44,7 +44,7 @@ Seven measurements, each repeated ``ctx.repeat`` times (interleaved where there 
    (``--quick``: 20,000) records of 10 other groups on its coordination partition, against
    the same on a quiet one; an ALO member's records/s while 20,000 coordination records/s of
    other groups are written to its coordination partition, against the same load written
-   elsewhere (200,000 records read; ``--quick``: 10,000).
+   elsewhere (500,000 records read; ``--quick``: 10,000).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class Sizes:
         return cls(10, 100, int(200_000 * scale), int(1_000_000 * scale),
                    int(10_000 * scale), int(20_000 * scale), int(5_000 * scale),
                    max(1, int(1_000 * scale)), int(1_000_000 * scale),
-                   int(200_000 * scale))
+                   int(500_000 * scale))
 
 
 def _client(bootstrap: str, **options: Any) -> KafkaConsumer:
