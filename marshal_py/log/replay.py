@@ -162,9 +162,9 @@ def _read_to(log_: CoordinationLog, rationalizer: Rationalizer, targets: Mapping
             for p in list(pending):
                 reached = log_.read_position(p)
                 if reached is not None and reached > pending[p]:
-                    log.warning("positions %d..%d of %s partition %d hold no records "
-                                "(transaction markers?); skipping them", pending[p],
-                                min(reached, targets[p]) - 1, log_.topic, p)
+                    log.debug("positions %d..%d of %s partition %d hold no records "
+                              "(transaction markers); skipping them", pending[p],
+                              min(reached, targets[p]) - 1, log_.topic, p)
                     rationalizer.skip_to(p, min(reached, targets[p]))
                     moved = True
             if not moved:
