@@ -120,14 +120,17 @@ class _Finder:
 
 
 def checkpoint_at(log_: CoordinationLog, partition: int, group: str, topic: str,
-                  record_position: int, refusal: Refusal | None = None
-                  ) -> FoundCheckpoint | None:
+                  record_position: int, refusal: Refusal | None = None,
+                  ceiling: int | None = None) -> FoundCheckpoint | None:
     """The usable checkpoint of ``group`` on ``topic`` whose (first) record is at
     ``record_position`` (what the index points at), None when there is none there: the
     record is something else, or a part of a checkpoint whose other parts are not all in
-    the log (torn), or it is unusable."""
+    the log (torn), or it is unusable. With ``ceiling``, only records below that position
+    count (a checkpoint completed at or after it did not exist yet)."""
     oldest = log_.start_position(partition)
     end = log_.end_position(partition)
+    if ceiling is not None:
+        end = min(end, ceiling)
     if not oldest <= record_position < end:
         return None
     finder = _Finder(group, {topic}, oldest, refusal)
@@ -155,27 +158,34 @@ def checkpoint_at(log_: CoordinationLog, partition: int, group: str, topic: str,
             if found is not None:
                 return found
         position = batch[-1].position + 1
-    log.warning("the checkpoint of %s/%s at position %d is torn (not all of its %d parts "
-                "are in the log): ignored", group, topic, record_position, message.parts)
+    log.log(logging.WARNING if ceiling is None else logging.DEBUG,
+            "the checkpoint of %s/%s at position %d is torn (not all of its %d parts are in "
+            "the log%s): ignored", group, topic, record_position, message.parts,
+            "" if ceiling is None else f" below position {ceiling}")
     return None
 
 
 def newest_checkpoints(log_: CoordinationLog, partition: int, group: str,
                        topics: Iterable[str], floor: int,
-                       refusal: Refusal | None = None) -> dict[str, FoundCheckpoint]:
-    """The newest usable checkpoint of ``group`` for each of ``topics`` on ``partition``.
+                       refusal: Refusal | None = None,
+                       ceiling: int | None = None) -> dict[str, FoundCheckpoint]:
+    """The newest usable checkpoint of ``group`` for each of ``topics`` on ``partition``
+    (with ``ceiling``: the newest whose records are all below that position, what a reader
+    that had read up to it could restore).
 
-    Reads backwards from the end in ranges that grow fourfold, never below ``floor`` (the
-    replay window's start). A checkpoint is usable when its state position is not after its
-    own (first) record and not before the oldest retained record, every part of a chunked
-    one is there, and ``refusal`` (the rationalizer's authenticity check) finds nothing
-    against it (or any of its parts). Topics with none are left out.
+    Reads backwards from the end (or the ceiling) in ranges that grow fourfold, never below
+    ``floor`` (the replay window's start). A checkpoint is usable when its state position is
+    not after its own (first) record and not before the oldest retained record, every part
+    of a chunked one is there, and ``refusal`` (the rationalizer's authenticity check) finds
+    nothing against it (or any of its parts). Topics with none are left out.
     """
     wanted = set(topics)
     found: dict[str, FoundCheckpoint] = {}
     oldest = log_.start_position(partition)
     floor = max(floor, oldest)
     high = log_.end_position(partition)
+    if ceiling is not None:
+        high = min(high, ceiling)
     finder = _Finder(group, wanted, oldest, refusal)
     chunk = _FIRST_CHUNK
     while high > floor and wanted - set(found):
@@ -205,7 +215,8 @@ def history_floor(index: IndexView | None, group: str, topic: str, window_start:
 def start_from_checkpoints(log_: CoordinationLog, rationalizer: Rationalizer, partition: int,
                            group: str, topics: Iterable[str], window_start: int, *,
                            index: IndexView | None = None,
-                           floors: Mapping[str, int] | None = None) -> int:
+                           floors: Mapping[str, int] | None = None,
+                           ceiling: int | None = None) -> int:
     """Prepare a fresh rationalizer to replay ``partition`` for ``group`` on ``topics``.
 
     Restores the newest checkpoint of each topic -- the one ``index`` points at when it is
@@ -213,7 +224,8 @@ def start_from_checkpoints(log_: CoordinationLog, rationalizer: Rationalizer, pa
     position the replay starts at: the oldest restored checkpoint's position, or, for a
     topic without a usable checkpoint, its floor (``floors[topic]``, see
     :func:`history_floor`; ``window_start`` by default: its history is replayed from the
-    window, as before checkpoints existed).
+    window, as before checkpoints existed). With ``ceiling`` (a replay that stops there,
+    ``marshal state --at``): only checkpoints whose records are all below it.
     """
     topics = tuple(topics)
     floor_of = {t: window_start if floors is None else floors.get(t, window_start)
@@ -221,14 +233,16 @@ def start_from_checkpoints(log_: CoordinationLog, rationalizer: Rationalizer, pa
     found: dict[str, FoundCheckpoint] = {}
     for topic in topics:
         pointer = None if index is None else index.checkpoint_position(group, topic)
-        if pointer is not None:
-            entry = checkpoint_at(log_, partition, group, topic, pointer, rationalizer.refusal)
+        if pointer is not None and (ceiling is None or pointer < ceiling):
+            entry = checkpoint_at(log_, partition, group, topic, pointer, rationalizer.refusal,
+                                  ceiling)
             if entry is not None and _restored(rationalizer, partition, group, entry):
                 found[topic] = entry
     rest = [t for t in topics if t not in found]
     if rest:
         scanned = newest_checkpoints(log_, partition, group, rest,
-                                     min(floor_of[t] for t in rest), rationalizer.refusal)
+                                     min(floor_of[t] for t in rest), rationalizer.refusal,
+                                     ceiling)
         for topic, entry in scanned.items():
             if _restored(rationalizer, partition, group, entry):
                 found[topic] = entry

@@ -35,10 +35,13 @@ def catch_up(
     fetch_timeout_s: float = 1.0,
     progress: Callable[[int, int], None] | None = None,
     keep: Keep | None = None,
+    until: Mapping[int, int] | None = None,
 ) -> int:
     """Apply every record up to the log's current end on ``partitions``; return how many.
     With ``keep``, only the records it wants are applied (a member: those of its group),
-    the others are read past without being decoded.
+    the others are read past without being decoded. With ``until``, a partition it names
+    is read only below that position (or its end, when that comes first): the world as a
+    reader that had read that far saw it.
 
     Raises :class:`~marshal_py.errors.CoordinationLogLostError` when a partition now ends
     before what was already read, or the log's :meth:`verify_identity` finds another topic
@@ -63,6 +66,8 @@ def catch_up(
     # A recreated topic that already holds more records than were read passes the check
     # above: only its identity tells it apart (asked after the ends, so the broker answers).
     log_.verify_identity()
+    if until is not None:
+        targets = {p: min(end, until.get(p, end)) for p, end in targets.items()}
     starts = {p: max(rationalizer.next_position(p), log_.start_position(p)) for p in targets}
     return _read_to(log_, rationalizer, targets, starts, fetch_timeout_s, progress, keep)
 
