@@ -147,3 +147,64 @@ def test_bad_moments_on_the_command_line_are_one_line_and_exit_2(args: list[str]
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert says in result.stderr and "Traceback" not in result.stderr
+
+
+def test_every_view_of_a_share_group_at_a_moment_is_the_one_seen_then() -> None:
+    """`marshal state --at T` with --shares and --records (and the claims view): replayed
+    from the checkpoint before the moment, or from the window, as a follower saw it at T."""
+    from marshal_py.admin.world_view import (
+        WorldView,
+        load_world,
+        record_rows,
+        share_rows,
+        state_rows,
+    )
+    from tests.support import Scenario
+
+    scenario = Scenario(partitions=1)
+    scenario.share_init("a", 0, 0)
+    scenario.member("a", 0, interval_ms=1000)
+    scenario.acquire("a", 1000, "0-9")
+    scenario.ack("a", 2000, "0-4")
+    scenario.claim("b", 2100, topic="u")
+    clock = VirtualClock(T0)
+    log = MemoryLog(partitions=1, clock=clock)
+    follower = Rationalizer(RationalizerConfig(1, 1000))
+
+    def put(value: bytes | None, at: int) -> None:
+        clock.advance(T0 + at - clock())
+        follower.apply(log.append(0, value or b""))
+
+    for record in scenario.records:
+        put(record.value, record.timestamp_ms - T0)
+    put(encode(Checkpoint(0, "i-a", "a", "g", "t", log.end_position(0),
+                          follower.snapshot("g", "t"))), 2500)
+    later = Scenario(partitions=1)
+    later.acquire("a", 3000, "10-19", lock_ms=1000)
+    later.ack("a", 4000, "5-9", "release")
+    later.heartbeat("b", 4200, 7, topic="u")
+    for record in later.records:
+        put(record.value, record.timestamp_ms - T0)
+    seen: dict[int, tuple[list[object], ...]] = {}
+    replay = Rationalizer(RationalizerConfig(1, 1000))
+    for at in (1500, 2600, 3200, 3700, 4100, 4300):
+        replay.apply_all(r for r in log._records[0]
+                         if replay.next_position(0) <= r.position
+                         and r.timestamp_ms <= T0 + at)
+        view = WorldView(replay, T0 + at, (0,), 0)
+        seen[at] = (share_rows(view, "g", "t"), record_rows(view, "g", "t"),
+                    [r.as_dict() for r in state_rows(view)])
+    for at, (shares, records, claims) in seen.items():
+        moment = state_moment(log, "t", T0 + at, None, now_ms=clock() + 1000)
+        assert moment is not None
+        of_group = load_world(log, heartbeat_interval_ms=1000, topic="t", group="g",
+                              now_ms=moment.at_ms, until=moment.until)
+        assert share_rows(of_group, "g", "t") == shares, at
+        assert record_rows(of_group, "g", "t") == records, at
+        whole = load_world(log, heartbeat_interval_ms=1000, now_ms=moment.at_ms,
+                           until=moment.until)
+        assert [r.as_dict() for r in state_rows(whole)] == claims, at
+        assert share_rows(whole, "g", "t") == shares, at
+        if at > 2500:  # the group's view started at the checkpoint, the whole one before
+            assert of_group.applied < whole.applied, at
+    assert seen[3200][0] != seen[4300][0] and seen[1500][1] != seen[3700][1]
