@@ -38,6 +38,7 @@ from kafka.admin import NewTopic
 from bench.audit import broker
 from marshal_py import Marshaler
 from marshal_py.devbroker import KAFKA_VERSION
+from marshal_py.log.history import record_history
 from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
 from marshal_py.protocol import ClaimingPartition, Heartbeat, MemberHeartbeat, Message, encode
 
@@ -134,7 +135,9 @@ def measure(bootstrap: str, records: int, after: int, groups: Sequence[str] = GR
     join each group (no checkpoint yet), add ``after`` records, join each group again."""
     suffix = uuid.uuid4().hex[:8]
     coordination_topic, topic = f"__marshal_bench_{suffix}", f"orders-{suffix}"
-    KafkaLog(KafkaLogConfig(bootstrap, coordination_topic, partitions=1)).close()
+    with KafkaLog(KafkaLogConfig(bootstrap, coordination_topic, partitions=1)) as log:
+        for group in groups:  # what every writer does before its first record of a group
+            record_history(log, group, topic)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])

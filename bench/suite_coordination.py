@@ -1,6 +1,6 @@
 """Suite ``coordination``: what the coordination path costs, against Kafka's own, on one broker.
 
-Five measurements, each repeated ``ctx.repeat`` times (interleaved where there is an anchor):
+Seven measurements, each repeated ``ctx.repeat`` times (interleaved where there is an anchor):
 
 1. **Claim latency** (ours): members join a fresh 12-partition topic one after the other,
    each taking one partition (``max_claims=1``, HI 1 s): the engine's
@@ -17,10 +17,11 @@ Five measurements, each repeated ``ctx.repeat`` times (interleaved where there i
    from this broker, first record to last. The ratio is apply / read.
 3. **Start-up catch-up** (ours): :func:`bench.replay.measure`, a one-partition coordination
    topic of 1,000,000 records (``--quick``: 20,000) of ``repeat`` interleaved groups; one
-   consumer joins each group without a checkpoint (replays everything), then again after
-   10,000 more records (``--quick``: 2,000) from the group's checkpoint; the time
-   ``Marshaler.consumer`` takes. Anchor: a plain kafka-python consumer reading the same
-   partition from the beginning to the same record (what any replay must at least do).
+   consumer joins each group without a checkpoint (reads everything, applies its group's
+   records), then again after 10,000 more records (``--quick``: 2,000) from the group's
+   checkpoint (found through the index); the time ``Marshaler.consumer`` takes. Anchor: a
+   plain kafka-python consumer reading the same partition from the beginning to the same
+   record (what any replay must at least do).
 4. **Coordination records per 1,000 consumed** (ours): one in-process member of a fresh
    group with a fresh coordination topic (``coordination_topic=``), default HI (10 s),
    reads N records (12 partitions, 100 bytes, 1,000 keys; N = 20,000, ``--quick`` 2,000)
@@ -38,6 +39,12 @@ Five measurements, each repeated ``ctx.repeat`` times (interleaved where there i
    ``KafkaConsumer`` process assigned the same 100 partitions reading the same data. Both
    are read (VmHWM in ``/proc/<pid>/status``) once they have received every record, then
    stopped.
+6. **A new group among neighbours** and 7. **steady state with neighbours**
+   (:mod:`bench.neighbours`): a brand-new group's time to its first record with 1,000,000
+   (``--quick``: 20,000) records of 10 other groups on its coordination partition, against
+   the same on a quiet one; an ALO member's records/s while 20,000 coordination records/s of
+   other groups are written to its coordination partition, against the same load written
+   elsewhere (500,000 records read; ``--quick``: 10,000).
 """
 
 from __future__ import annotations
@@ -58,7 +65,7 @@ from typing import Any, cast
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from bench import replay
+from bench import neighbours, replay
 from bench.cli_process import ROOT, CliProcess
 from bench.consumer import claim_latency
 from bench.harness import BenchContext, BenchError, percentile, wait_for
@@ -86,15 +93,19 @@ class Sizes:
     consumed: int  # records per 1,000 measurement
     per_record_anchor: int  # records the commit-every-record anchor reads
     rss_per_partition: int
+    neighbour_records: int  # other groups' records before a new group joins
+    steady_records: int  # records the steady-state member reads
+    neighbour_rate: int = 20_000  # coordination records/s of other groups meanwhile
 
     @classmethod
     def of(cls, quick: bool) -> Sizes:
         if quick:
-            return cls(3, 20, 5_000, 20_000, 2_000, 2_000, 2_000, 20)
+            return cls(3, 20, 5_000, 20_000, 2_000, 2_000, 2_000, 20, 20_000, 10_000)
         scale = float(os.environ.get("BENCH_COORDINATION_SCALE", "1"))
         return cls(10, 100, int(200_000 * scale), int(1_000_000 * scale),
                    int(10_000 * scale), int(20_000 * scale), int(5_000 * scale),
-                   max(1, int(1_000 * scale)))
+                   max(1, int(1_000 * scale)), int(1_000_000 * scale),
+                   int(500_000 * scale))
 
 
 def _client(bootstrap: str, **options: Any) -> KafkaConsumer:
@@ -462,7 +473,8 @@ def run(ctx: BenchContext) -> SuiteReport:
             f"Start-up catch-up on a coordination partition of {sizes.replay_records:,} "
             f"records (one join per group, {ctx.repeat} groups)",
             ["start-up", "time (s)", "records read", "vs plain read"],
-            [["ours: `Marshaler.consumer`, no checkpoint (replays the whole window)",
+            [["ours: `Marshaler.consumer`, no checkpoint (reads the partition from the "
+              "group's first record, applies the group's records)",
               without.cell(2), f"{replayed['without']:,.0f}",
               ratio(without.median, plain_m.median)],
              ["ours: `Marshaler.consumer` from the group's newest checkpoint",
@@ -470,9 +482,12 @@ def run(ctx: BenchContext) -> SuiteReport:
               ratio(with_cp.median, plain_m.median)],
              ["anchor: plain kafka-python reading the same partition to the same record",
               plain_m.cell(2), f"{sizes.replay_records:,}", "1.00x"]],
-            [f"With checkpoints the join read {sizes.replay_after:,} records written after "
-             "the checkpoints plus the backwards scan that finds them; the ratio "
-             f"with / without is {ratio(with_cp.median, without.median)}."]))
+            [f"The {ctx.repeat} groups' records are interleaved, so a join without a "
+             f"checkpoint applies 1/{ctx.repeat} of what it reads (its group's) and reads "
+             "past the rest without decoding them. With checkpoints the join reads the "
+             "checkpoint the index points at, then the "
+             f"{sizes.replay_after:,} records written after it; the ratio with / without is "
+             f"{ratio(with_cp.median, without.median)}."]))
         plots.append(Plot("Start-up catch-up", "bar", "start-up", "seconds",
                           ["no checkpoint", "checkpoint", "plain read"],
                           {"seconds": [without.median, with_cp.median, plain_m.median]},
@@ -557,6 +572,11 @@ def run(ctx: BenchContext) -> SuiteReport:
         plots.append(Plot(f"Peak RSS holding {RSS_PARTITIONS} partitions", "bar", "process",
                           "MiB", ["marshal consume (ALO)", "kafka-python"],
                           {"VmHWM": [ours_mib.median, anchor_mib.median]}))
+
+        # 6. and 7. neighbours: a new group among them, and a member while they write
+        neighbour_tables, raw["neighbours"] = neighbours.run(
+            ctx, sizes.neighbour_records, sizes.steady_records, sizes.neighbour_rate)
+        tables += neighbour_tables
     finally:
         admin.close()
     return SuiteReport("coordination", ctx.command, tables, plots, raw)

@@ -9,9 +9,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 import click
 
@@ -29,6 +29,13 @@ from marshal_py.admin.cli_common import (
     replay_options,
 )
 from marshal_py.admin.mirror import check_topics_exist, mirror
+from marshal_py.admin.moments import (
+    IsoTime,
+    MomentError,
+    PartitionOffset,
+    moment_at_time,
+    state_moment,
+)
 from marshal_py.admin.world_view import (
     RECORD_COLUMNS,
     SHARE_COLUMNS,
@@ -54,10 +61,20 @@ from marshal_py.log.replay import catch_up, follow, seek_to_window
 from marshal_py.protocol.codec import DecodeError, decode
 from marshal_py.world.rationalizer import Outcome, Rationalizer, RationalizerConfig
 
+T = TypeVar("T")
+
 
 def _fail(command: str, message: str) -> NoReturn:
     click.echo(f"marshal {command}: error: {message}", err=True)
     sys.exit(2)
+
+
+def _moment(resolve: Callable[[], T]) -> T:
+    """``resolve()``, its :class:`MomentError` as a usage error of the option (exit 2)."""
+    try:
+        return resolve()
+    except MomentError as exc:
+        raise click.BadParameter(str(exc), param_hint=exc.option) from exc
 
 
 def _iso(ms: int | None) -> str:
@@ -110,20 +127,35 @@ def main(verbose: int) -> None:
               help="With --json: the share-partitions instead of the claims.")
 @click.option("--records", is_flag=True,
               help="Show every in-flight record of the share-partitions.")
+@click.option("--at", "at_ms", type=IsoTime(),
+              help="Show the world as it was at this time (ISO-8601, UTC without a zone).")
+@click.option("--at-position", type=PartitionOffset(),
+              help="Show the world as a reader of coordination partition PARTITION that had "
+                   "read every record below OFFSET saw it (judged at the last one's time, "
+                   "or at --at).")
 def state(bootstrap_servers: str, coordination_topic: str, timeout: float,
           heartbeat_interval: float, replay_window: float, offsets_retention: float,
           group: str | None,
-          topic: str | None, as_json: bool, shares: bool, records: bool) -> None:
-    """Print the rationalized world state: who owns which partition, and what is committed."""
+          topic: str | None, as_json: bool, shares: bool, records: bool,
+          at_ms: int | None, at_position: tuple[int, int] | None) -> None:
+    """Print the rationalized world state: who owns which partition, and what is committed.
+
+    With --at or --at-position, as it was at that moment (replayed from the newest
+    checkpoint before it when --group and --topic are given, else from the replay window
+    before it)."""
     with open_log(bootstrap_servers, coordination_topic, timeout) as log:
+        moment = _moment(lambda: state_moment(log, topic, at_ms, at_position))
         view = load_world(
             log,
             heartbeat_interval_ms=int(heartbeat_interval * 1000),
             window_ms=int(replay_window * 1000),
             topic=topic,
+            group=None if moment is None else group,
             offsets_retention_ms=int(offsets_retention * 1000),
             group_keys=current_group_keys(),
+            now_ms=None if moment is None else moment.at_ms,
             progress=Progress(),
+            until=None if moment is None else moment.until,
         )
     rows = state_rows(view, group=group, topic=topic)
     share_table = share_rows(view, group=group, topic=topic)
@@ -200,15 +232,29 @@ def _tail_line(outcome: Outcome) -> dict[str, object]:
 @click.option("-f", "--follow", "follow_log", is_flag=True,
               help="Keep printing new records until stopped.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--from", "from_ms", type=IsoTime(),
+              help="Print every record from this time on (ISO-8601, UTC without a zone) "
+                   "instead of the newest --lines.")
+@click.option("--to", "to_ms", type=IsoTime(),
+              help="Stop at this time: records stamped after it are not read (not with "
+                   "--follow).")
 def tail(bootstrap_servers: str, coordination_topic: str, timeout: float,
          heartbeat_interval: float, replay_window: float, offsets_retention: float,
          partitions: tuple[int, ...],
-         lines: int, follow_log: bool, as_json: bool) -> None:
+         lines: int, follow_log: bool, as_json: bool,
+         from_ms: int | None, to_ms: int | None) -> None:
     """Print the decoded coordination log with each record's verdict.
 
     The whole replay window is rationalized so that every verdict (claim_won, not_owner, ...)
-    is the one every client reaches; only the newest --lines records are printed.
+    is the one every client reaches; only the newest --lines records are printed (with
+    --from: every record from that time on; with --to: up to that time, the window before
+    the moment being replayed).
     """
+    if to_ms is not None and follow_log:
+        raise click.UsageError("--to and --follow exclude each other")
+    if from_ms is not None and to_ms is not None and from_ms > to_ms:
+        raise click.BadParameter(f"{_iso(from_ms)} is after --to {_iso(to_ms)}",
+                                 param_hint="--from")
     def emit(outcome: Outcome) -> None:
         line = _tail_line(outcome)
         if as_json:
@@ -229,20 +275,27 @@ def tail(bootstrap_servers: str, coordination_topic: str, timeout: float,
                 f"layout), not {bad[0]}",
                 param_hint="--partition",
             )
-        ends = {p: log.end_position(p) for p in chosen}
+        now = int(time.time() * 1000)
+        until = None if to_ms is None else _moment(
+            lambda: moment_at_time(log, chosen, to_ms, now, "--to")).until
+        ends = until or {p: log.end_position(p) for p in chosen}
+        firsts = {p: end - lines for p, end in ends.items()}
+        if from_ms is not None:
+            _moment(lambda: moment_at_time(log, chosen, from_ms, now, "--from"))
+            firsts = {p: log.position_for_time(p, from_ms) for p in chosen}
         rationalizer = Rationalizer(RationalizerConfig(
             coordination_partitions=count, heartbeat_interval_ms=int(heartbeat_interval * 1000),
             offsets_retention_ms=int(offsets_retention * 1000),
             group_keys=current_group_keys()))
 
         def observe(outcome: Outcome) -> None:
-            if outcome.record.position >= ends[outcome.record.partition] - lines:
+            if outcome.record.position >= firsts[outcome.record.partition]:
                 emit(outcome)
 
         rationalizer.observe(observe)
-        seek_to_window(log, rationalizer, chosen, int(time.time() * 1000),
-                       int(replay_window * 1000))
-        catch_up(log, rationalizer, chosen, progress=Progress())
+        anchor = from_ms if from_ms is not None else to_ms if to_ms is not None else now
+        seek_to_window(log, rationalizer, chosen, anchor, int(replay_window * 1000))
+        catch_up(log, rationalizer, chosen, progress=Progress(), until=until)
         if not follow_log:
             return
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())

@@ -31,6 +31,11 @@ class CoordinationLogLostError(CoordinationTopicError):
               "restore the topic (or accept that the groups start over), then start them again")
 
 
+class RecordTooLargeError(CoordinationTopicError):
+    """A coordination record is larger than the coordination topic (or the producer) accepts
+    (``max.message.bytes``); writers split what can be large (checkpoints) below it."""
+
+
 class DevBrokerError(MarshalError):
     """The development broker could not be set up, started or stopped."""
 

@@ -20,6 +20,7 @@ from marshal_py.admin.world_view import WorldView, load_world
 from marshal_py.errors import MarshalError
 from marshal_py.identity import new_instance_id
 from marshal_py.log.base import CoordinationLog
+from marshal_py.log.history import record_history
 from marshal_py.log.replay import catch_up
 from marshal_py.log.signing import MessageWriter
 from marshal_py.protocol import (
@@ -115,6 +116,8 @@ def _refuse_live(view: WorldView, group: str, topic: str, kind: str) -> None:
 def _write_and_read_back(log: CoordinationLog, view: WorldView, topic: str,
                          messages: list[Message]) -> list[Outcome | None]:
     cp = coordination_partition(topic, log.partition_count())
+    for group in sorted({m.group_id for m in messages}):  # a writer's duty (PROTOCOL.md 6)
+        record_history(log, group, topic)
     writer = MessageWriter(log, view.rationalizer.config.group_keys)
     written = [record.position for record in writer.write([(cp, m) for m in messages])]
     outcomes: dict[int, Outcome] = {}

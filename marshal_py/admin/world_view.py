@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from marshal_py.log.base import CoordinationLog
 from marshal_py.log.checkpoints import start_from_checkpoints
+from marshal_py.log.history import read_index_view
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up, replay_start
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.placement import coordination_partition
@@ -76,6 +77,7 @@ def load_world(
     now_ms: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
+    until: Mapping[int, int] | None = None,
 ) -> WorldView:
     """Replay the coordination log's window up to its current end.
 
@@ -84,12 +86,18 @@ def load_world(
     when it has none), so only the group's state on the topic is complete. ``now_ms``
     defaults to this machine's clock (used to place the replay window and to judge
     freshness). ``group_keys``: the keys of authenticated groups, to verify their records.
+
+    ``until`` (time travel, with ``now_ms`` the moment): only the partitions it names are
+    read, each below its position there, from the newest checkpoint whose records are all
+    below it (with ``group`` and ``topic``) or the window before ``now_ms``.
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
     count = log.partition_count()
     partitions = (
         (coordination_partition(topic, count),) if topic is not None else tuple(range(count))
     )
+    if until is not None:
+        partitions = tuple(p for p in partitions if p in until)
     config = RationalizerConfig(
         coordination_partitions=count, heartbeat_interval_ms=heartbeat_interval_ms,
         offsets_retention_ms=offsets_retention_ms, group_keys=dict(group_keys or {}),
@@ -97,13 +105,17 @@ def load_world(
     rationalizer = Rationalizer(config)
     if on_outcome is not None:
         rationalizer.observe(on_outcome)
+    # The group's checkpoint pointer (a view trusts no absence in the index: section 6.1).
+    index = read_index_view(log) if group is not None and topic is not None else None
     for partition in partitions:
         start = replay_start(log, partition, now, window_ms)
         if group is not None and topic is not None:
-            start_from_checkpoints(log, rationalizer, partition, group, [topic], start)
+            start_from_checkpoints(log, rationalizer, partition, group, [topic], start,
+                                   index=index,
+                                   ceiling=None if until is None else until[partition])
         else:
             rationalizer.skip_to(partition, start)
-    applied = catch_up(log, rationalizer, partitions, progress=progress)
+    applied = catch_up(log, rationalizer, partitions, progress=progress, until=until)
     if now_ms is None:  # judge freshness as of the end of the replay, not its start
         now = int(time.time() * 1000)
     return WorldView(rationalizer, now, partitions, applied)

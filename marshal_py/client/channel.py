@@ -1,8 +1,9 @@
 """CoordinationChannel: what every kind of member does with the coordination log.
 
-Places each topic on its coordination partition, replays the window on start, catches up,
-and appends messages while teaching the clock the broker's time. Shared by the exclusive
-engine and the share engine; single-threaded like them.
+Places each topic on its coordination partition, replays from the group's newest checkpoints
+(or where its history begins, or the window) on start, catches up reading only its group's
+records, and appends messages while teaching the clock the broker's time. Shared by the
+exclusive engine and the share engine; single-threaded like them.
 """
 
 from __future__ import annotations
@@ -13,30 +14,42 @@ from collections.abc import Iterable, Sequence
 from marshal_py.client.engine_types import EngineClock
 from marshal_py.errors import CoordinationLogLostError, MarshalError
 from marshal_py.log.base import CoordinationLog
-from marshal_py.log.checkpoints import start_from_checkpoints
+from marshal_py.log.checkpoint_chunks import split_checkpoint
+from marshal_py.log.checkpoints import history_floor, start_from_checkpoints
+from marshal_py.log.history import read_index_view, record_history
+from marshal_py.log.record_filter import RecordFilter
 from marshal_py.log.replay import catch_up, follow_once, read_through, replay_start
 from marshal_py.log.signing import MessageWriter
 from marshal_py.protocol import Checkpoint, Message, coordination_partition
-from marshal_py.world import CoordinationRecord, Owner, Rationalizer
+from marshal_py.protocol.index import CheckpointAt, IndexView, checkpoint_key, encode_entry
+from marshal_py.protocol.messages import CheckpointChunk
+from marshal_py.world import CoordinationRecord, Outcome, Owner, Rationalizer
+from marshal_py.world.rationalizer import Verdict
 
 log = logging.getLogger(__name__)
 
 #: How often a live group's checkpoint is re-written (PROTOCOL.md, checkpoints).
 DEFAULT_CHECKPOINT_INTERVAL_MS = 60_000
+#: The parts of a large checkpoint are sent this many bytes at a time (then awaited).
+_PARTS_IN_FLIGHT_BYTES = 8 * 1024 * 1024
 
 
 class CoordinationChannel:
     """One member's reading and writing of the coordination partitions of its topics.
 
     With ``group``, the replay on :meth:`open` starts from the group's newest checkpoint on
-    each topic (falling back to the replay window), and :meth:`maybe_checkpoint` writes the
-    group's checkpoints when they are due.
+    each topic (falling back to where the group's history begins, or to the replay window;
+    PROTOCOL.md sections 6 and 11), only the group's records are read (others are read past
+    undecoded), and :meth:`maybe_checkpoint` writes the group's checkpoints when they are
+    due. ``compat``: the group is shared with the original implementation, whose members
+    record no history in the index: its replay trusts no absence there, and reads every
+    record (the member watches for records the original cannot read).
     """
 
     def __init__(self, log_: CoordinationLog, rationalizer: Rationalizer, clock: EngineClock,
                  topics: Iterable[str], *, group: str | None = None,
                  checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS,
-                 checkpoints: bool = True) -> None:
+                 checkpoints: bool = True, compat: bool = False) -> None:
         self.log = log_
         self.rationalizer = rationalizer
         self.clock = clock
@@ -53,6 +66,23 @@ class CoordinationChannel:
         self.checkpoints_written = 0
         #: Records the first replay started after (where it began, per partition).
         self.replay_starts: dict[int, int] = {}
+        self.compat = compat
+        #: Which records this channel applies: its group's (None: all).
+        self.keep = RecordFilter([group]) if group is not None and not compat else None
+        #: The index as :meth:`open` read it (None before, or without a group).
+        self.index: IndexView | None = None
+        #: Broker time of the newest chunked checkpoint of each of the group's topics (the
+        #: rationalizer counts only whole Checkpoint records as checkpoints).
+        self._chunked_ms: dict[str, int] = {}
+        rationalizer.observe(self._note_chunk)
+
+    @property
+    def trusts_index(self) -> bool:
+        """True when the index's history records bound this member's replay: not for an
+        authenticated group (the index is not signed: a forged or deleted record could hide
+        history) nor in compatibility mode (the original records none)."""
+        return (self.group is not None and not self.compat
+                and self.group not in self.rationalizer.config.group_keys)
 
     def open(self, replay_window_ms: int) -> None:
         """Place the topics and replay from the newest checkpoints or the window (unless
@@ -62,6 +92,11 @@ class CoordinationChannel:
         wanted = sorted(set(self.partitions.values()))
         if self.rationalizer.next_position(wanted[0]) == 0:
             now = self.clock.now_ms()
+            # The ends first, then the index: a pair with a record below an end had its
+            # History in the index before that record was appended (PROTOCOL.md 6).
+            ends = {p: self.log.end_position(p) for p in wanted}
+            if self.group is not None:
+                self.index = read_index_view(self.log)
             for partition in wanted:
                 window_start = replay_start(self.log, partition, now, replay_window_ms)
                 if self.group is None:
@@ -69,10 +104,25 @@ class CoordinationChannel:
                     start = window_start
                 else:
                     topics = [t for t, p in self.partitions.items() if p == partition]
+                    floors = None
+                    if self.trusts_index:
+                        floors = {t: history_floor(self.index, self.group, t, window_start,
+                                                   ends[partition]) for t in topics}
                     start = start_from_checkpoints(self.log, self.rationalizer, partition,
-                                                   self.group, topics, window_start)
+                                                   self.group, topics, window_start,
+                                                   index=self.index, floors=floors)
                 self.replay_starts[partition] = start
+            self._record_history(ends)
         self.catch_up()
+
+    def _record_history(self, ends: dict[int, int]) -> None:
+        """A writer's duty before its first record about a pair: when the index holds no
+        History of it, write one saying its records are all at or after the end read
+        before the index (PROTOCOL.md section 6)."""
+        if self.group is None or self.index is None:
+            return
+        for topic, partition in self.partitions.items():
+            record_history(self.log, self.group, topic, index=self.index, end=ends[partition])
 
     def maybe_checkpoint(self, me: Owner) -> int:
         """Write the group's checkpoint on each topic where one is due; return how many.
@@ -90,7 +140,7 @@ class CoordinationChannel:
             mine = [m for m in members if m.client_id == me.client_id]
             if not mine:
                 continue
-            last = self.rationalizer.last_checkpoint_ms(self.group, topic)
+            last = self.last_checkpoint_ms(topic)
             age = None if last is None else now - last
             first = members[0].client_id == me.client_id
             due = age is None or age >= (self.checkpoint_interval_ms if first
@@ -101,18 +151,69 @@ class CoordinationChannel:
                                  self.rationalizer.next_position(partition),
                                  self.rationalizer.snapshot(self.group, topic))
             try:
-                self.append(message)
+                at = self._write_checkpoint(message)
             except CoordinationLogLostError:
                 raise
-            except MarshalError as exc:
+            except (MarshalError, ValueError) as exc:
                 log.warning("could not write the checkpoint of %s/%s: %s", self.group, topic,
                             exc)
                 continue
             written += 1
             self.checkpoints_written += 1
+            self._point_at(topic, at)
         if written:
             self.catch_up()  # read them back: the newest checkpoint's time is now ours
         return written
+
+    def _write_checkpoint(self, checkpoint: Checkpoint) -> int:
+        """Append ``checkpoint``, in parts when it does not fit one record (a few MiB sent
+        at a time); return the position of its (first) record."""
+        messages = split_checkpoint(checkpoint, self.log.max_value_bytes)
+        if len(messages) > 1:
+            log.info("the checkpoint of %s/%s takes %d records of at most %d bytes",
+                     checkpoint.group_id, checkpoint.topic, len(messages),
+                     self.log.max_value_bytes)
+        first: int | None = None
+        group: list[Message] = []
+        size = 0
+        for message in messages:
+            piece = len(message.data) if isinstance(message, CheckpointChunk) else 0
+            if group and size + piece > _PARTS_IN_FLIGHT_BYTES:
+                first = self.append_all(group)[0].position if first is None else first
+                group, size = [], 0
+            group.append(message)
+            size += piece
+        written = self.append_all(group)[0].position
+        return written if first is None else first
+
+    def _point_at(self, topic: str, record_position: int) -> None:
+        """Record in the index where the pair's newest checkpoint is (a hint for joiners;
+        a failure only makes them look for it)."""
+        assert self.group is not None
+        entry = CheckpointAt(self.log.topic, self.log.index_topic_id, self.group, topic,
+                             record_position)
+        try:
+            self.log.append_index(checkpoint_key(self.group, topic), encode_entry(entry))
+        except CoordinationLogLostError:
+            raise
+        except MarshalError as exc:
+            log.warning("could not record the checkpoint of %s/%s in the index: %s",
+                        self.group, topic, exc)
+
+    def _note_chunk(self, outcome: Outcome) -> None:
+        """The last part of a chunked checkpoint of the group counts as a checkpoint."""
+        message = outcome.message
+        if (isinstance(message, CheckpointChunk) and message.group_id == self.group
+                and message.part == message.parts - 1 and outcome.verdict is not Verdict.REJECTED):
+            previous = self._chunked_ms.get(message.topic, 0)
+            self._chunked_ms[message.topic] = max(previous, outcome.record.timestamp_ms)
+
+    def last_checkpoint_ms(self, topic: str) -> int | None:
+        """Broker time of the group's newest checkpoint on ``topic`` (whole or chunked)."""
+        assert self.group is not None
+        times = [t for t in (self.rationalizer.last_checkpoint_ms(self.group, topic),
+                             self._chunked_ms.get(topic)) if t is not None]
+        return max(times) if times else None
 
     def next_checkpoint_ms(self) -> int | None:
         """When :meth:`maybe_checkpoint` may next have something to write (None: never)."""
@@ -121,19 +222,21 @@ class CoordinationChannel:
         now = self.clock.now_ms()
         due: list[int] = []
         for topic in self.partitions:
-            last = self.rationalizer.last_checkpoint_ms(self.group, topic)
+            last = self.last_checkpoint_ms(topic)
             # Unknown or failed: look again in a second.
             due.append(now + 1000 if last is None else last + self.checkpoint_interval_ms)
         return min(due) if due else None
 
     def catch_up(self) -> None:
         """Apply every record up to the current end of our coordination partitions."""
-        catch_up(self.log, self.rationalizer, sorted(set(self.partitions.values())))
+        catch_up(self.log, self.rationalizer, sorted(set(self.partitions.values())),
+                 keep=self.keep)
 
     def follow(self, timeout_s: float) -> int:
         """Wait up to ``timeout_s`` for new records on our coordination partitions (a long
         poll: it returns as soon as any arrive) and apply them; return how many."""
-        return follow_once(self.log, self.rationalizer, self.partitions.values(), timeout_s)
+        return follow_once(self.log, self.rationalizer, self.partitions.values(), timeout_s,
+                           keep=self.keep)
 
     def read_back(self, records: Iterable[CoordinationRecord]) -> None:
         """Apply the log up to and including ``records`` (ours, just appended): what the
@@ -142,7 +245,7 @@ class CoordinationChannel:
         for record in records:
             targets[record.partition] = max(targets.get(record.partition, 0),
                                             record.position + 1)
-        read_through(self.log, self.rationalizer, targets)
+        read_through(self.log, self.rationalizer, targets, keep=self.keep)
 
     def append(self, message: Message) -> int:
         """Write a message to its topic's coordination partition; return its broker time.

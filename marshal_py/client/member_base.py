@@ -160,7 +160,8 @@ class GroupMember(Generic[ConfigT]):
         self.channel = CoordinationChannel(log_, rationalizer, clock, config.topics,
                                            group=config.group_id,
                                            checkpoint_interval_ms=config.checkpoint_interval_ms,
-                                           checkpoints=config.compat is None)
+                                           checkpoints=config.compat is None,
+                                           compat=config.compat is not None)
         #: Broker time of this process's first membership heartbeat (set by :meth:`_join`).
         self._joined_ms: int | None = None
         self._next_member_heartbeat_ms = 0

@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from marshal_py.protocol.index import IndexRecord
 from marshal_py.world.records import CoordinationRecord
+
+#: Which records a filtered read returns: ``keep(value)`` is True for those it wants
+#: (:class:`~marshal_py.log.record_filter.RecordFilter`); None keeps every record.
+Keep = Callable[[bytes | None], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """What one :meth:`CoordinationLog.fetch_matching` read.
+
+    ``records``: those kept, in log order per partition. ``reached``: for each partition
+    the read got any record of (kept or not), the position after the last one read -- the
+    reader has seen everything below it, and what is not in ``records`` there was not
+    wanted."""
+
+    records: list[CoordinationRecord] = field(default_factory=list)
+    reached: dict[int, int] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -57,6 +76,36 @@ class CoordinationLog(Protocol):
     def fetch(self, starts: Mapping[int, int], timeout_s: float) -> list[CoordinationRecord]:
         """Records at or after ``starts[partition]`` for each partition asked, in log order per
         partition. Waits up to ``timeout_s`` for at least one; returns [] if none arrived."""
+        ...
+
+    def fetch_matching(self, starts: Mapping[int, int], timeout_s: float,
+                       keep: Keep | None) -> Fetched:
+        """:meth:`fetch`, keeping only the records ``keep`` wants (all when None), and saying
+        how far the read got on each partition: a reader skips what it does not want without
+        decoding it, and still knows where to continue."""
+        ...
+
+    @property
+    def max_value_bytes(self) -> int:
+        """The largest record value :meth:`append` can write (the topic's
+        ``max.message.bytes`` and the producer's request limit, less the batch overhead)."""
+        ...
+
+    def read_index(self) -> list[IndexRecord]:
+        """Every record of the coordination index (PROTOCOL.md section 3), as (offset, key,
+        value), read to the index's end as of the call: what was appended to it before the
+        call began is there."""
+        ...
+
+    def append_index(self, key: bytes, value: bytes) -> None:
+        """Write one record to the coordination index durably."""
+        ...
+
+    @property
+    def index_topic_id(self) -> str:
+        """The coordination topic's id as index records name it (Kafka's base64 form; empty
+        when the broker has none): records naming another id are about an earlier topic of
+        the same name."""
         ...
 
     def read_position(self, partition: int) -> int | None:

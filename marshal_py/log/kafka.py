@@ -21,6 +21,8 @@ from kafka.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
     SaslAuthenticationFailedError,
     TopicAlreadyExistsError,
 )
@@ -29,8 +31,10 @@ from marshal_py.errors import (
     BrokerUnavailableError,
     CoordinationTopicError,
     MarshalError,
+    RecordTooLargeError,
 )
 from marshal_py.identity import new_instance_id
+from marshal_py.log.base import Fetched, Keep
 from marshal_py.log.kafka_auth import (
     check_credentials,
     connection_error,
@@ -48,12 +52,16 @@ from marshal_py.log.kafka_config import (
     kafka_topic_id,
     quick_metadata,
 )
+from marshal_py.log.kafka_fetch import collect, install
 from marshal_py.log.kafka_identity import TopicWatch, patiently, topic_id_of
 from marshal_py.log.kafka_index import (
     IndexClients,
+    append_index,
     check_counts,
     load_layout,
+    read_index,
 )
+from marshal_py.protocol.index import Declared, IndexRecord, declared_key, encode_entry
 from marshal_py.world.records import CoordinationRecord
 
 __all__ = [  # the client settings live in kafka_config; imported from here as before
@@ -73,6 +81,12 @@ log = logging.getLogger(__name__)
 _UNKNOWN_TOPIC = 3
 _TOPIC_AUTHORIZATION_FAILED = 29
 T = TypeVar("T")
+#: The coordination reader's fetch sizes: coordination records are small and a replay reads
+#: many, so each fetch brings up to 8 MiB of a partition (kafka-python's default is 1 MiB).
+READER_FETCH_BYTES = {"max_partition_fetch_bytes": 8 * 1024 * 1024,
+                      "fetch_max_bytes": 64 * 1024 * 1024}
+#: What a record batch adds to a record's value, at most (header, varints, a key).
+_BATCH_OVERHEAD = 512
 
 
 def _replication(described: dict[str, Any]) -> int:
@@ -134,6 +148,10 @@ def _kafka_errors(config: KafkaLogConfig, action: str, operation: str = "read") 
         yield
     except (KafkaConnectionError, KafkaTimeoutError) as exc:
         raise _unreachable(config, exc) from exc
+    except (MessageSizeTooLargeError, RecordListTooLargeError) as exc:
+        raise RecordTooLargeError(
+            f"{action} on {config.topic} failed: the record is larger than the topic's "
+            f"max.message.bytes or the producer's max_request_size ({exc})") from exc
     except KafkaError as exc:
         if is_authorization_failure(exc):
             raise not_authorized(config, operation) from exc
@@ -163,6 +181,10 @@ class KafkaLog:
         self._passed: dict[TopicPartition, tuple[int, int]] = {}
         #: The coordination topic's retention.ms as the broker reports it (-1: forever).
         self.retention_ms: int | None = None
+        #: The coordination topic's max.message.bytes as the broker reports it.
+        self.max_message_bytes: int | None = None
+        #: True when this log created the coordination topic (and declared its history).
+        self.created_topic = False
         #: The topic id (KIP-516) of the topic opened: a recreated one has another.
         self.topic_id: str | None = None
         self._watch = TopicWatch(config.topic, None, self._describe, self._note_metadata_count)
@@ -179,6 +201,8 @@ class KafkaLog:
                 topic_id=kafka_topic_id(self.topic_id),
                 metadata_count=self.metadata_partition_count,
                 replication=_replication(described), writer=new_instance_id())
+            if self.created_topic:
+                self._declare()
         except (KafkaConnectionError, KafkaTimeoutError) as exc:
             self.close()
             raise _unreachable(config, exc) from exc
@@ -226,6 +250,7 @@ class KafkaLog:
                 )
         self._check_timestamp_type(created=created)
         self.topic_id = self._watch.topic_id = topic_id_of(described)
+        self.created_topic = created
         return described
 
     def _create_topic(self) -> None:
@@ -276,7 +301,7 @@ class KafkaLog:
         assert self._admin is not None
         resource = ConfigResource(
             ConfigResourceType.TOPIC, self.config.topic,
-            configs=["message.timestamp.type", "retention.ms"],
+            configs=["message.timestamp.type", "retention.ms", "max.message.bytes"],
         )
         # "all": an authorized answer holds both settings even at their defaults, so an empty
         # one means DESCRIBE_CONFIGS was refused (kafka-python drops the error code) -- or,
@@ -291,8 +316,10 @@ class KafkaLog:
         if not entry and not self.config.allow_create_time:
             raise not_authorized(self.config, "describe_configs")
         retention = entry.get("retention.ms", {}).get("value")
+        largest = entry.get("max.message.bytes", {}).get("value")
         try:
             self.retention_ms = int(retention) if retention is not None else None
+            self.max_message_bytes = int(largest) if largest is not None else None
         except ValueError:
             self.retention_ms = None
         value = entry.get("message.timestamp.type", {}).get("value", "CreateTime")
@@ -377,11 +404,13 @@ class KafkaLog:
                     "enable_auto_commit": False,
                     "auto_offset_reset": "earliest",
                     "fetch_max_wait_ms": 100,
+                    **READER_FETCH_BYTES,
                     **self._config_for(KafkaConsumer),
                     # Whatever kafka_config says for data topics: records of aborted
                     # transactions are not records of the log (PROTOCOL.md 7.2).
                     "isolation_level": "read_committed",
                 }))
+                install(self._consumer, [self.config.topic])
             except (KafkaConnectionError, KafkaTimeoutError) as exc:
                 raise _unreachable(self.config, exc) from exc
         return self._consumer
@@ -460,10 +489,14 @@ class KafkaLog:
             return None
 
     def fetch(self, starts: Mapping[int, int], timeout_s: float) -> list[CoordinationRecord]:
-        with _kafka_errors(self.config, "reading coordination records"):
-            return self._fetch(starts, timeout_s)
+        return self.fetch_matching(starts, timeout_s, None).records
 
-    def _fetch(self, starts: Mapping[int, int], timeout_s: float) -> list[CoordinationRecord]:
+    def fetch_matching(self, starts: Mapping[int, int], timeout_s: float,
+                       keep: Keep | None) -> Fetched:
+        with _kafka_errors(self.config, "reading coordination records"):
+            return self._fetch(starts, timeout_s, keep)
+
+    def _fetch(self, starts: Mapping[int, int], timeout_s: float, keep: Keep | None) -> Fetched:
         consumer = self._get_consumer()
         wanted = {self._tp(p): start for p, start in starts.items()}
         if set(consumer.assignment()) != set(wanted):
@@ -481,20 +514,38 @@ class KafkaLog:
                 else:
                     consumer.seek(tp, start)
             if passed:
-                return []
+                return Fetched([], {})
+        # Each item is a whole fetch of a partition (a RecordRun), unless kafka-python reads.
         polled = _poll_or_passed(consumer, wanted, timeout_s)
         if not polled:
             self._passed = {tp: (start, position) for tp, start in wanted.items()
                             if (position := consumer.position(tp)) > start}
-        records: list[CoordinationRecord] = []
-        for tp, batch in sorted(polled.items(), key=lambda item: item[0].partition):
-            start = wanted.get(tp, 0)
-            for r in batch:
-                if r.offset >= start:
-                    records.append(
-                        CoordinationRecord(tp.partition, int(r.offset), int(r.timestamp), r.value)
-                    )
-        return records
+        return collect(polled, wanted, keep)
+
+    @property
+    def max_value_bytes(self) -> int:
+        """The largest value an append can write: the topic's ``max.message.bytes`` and the
+        producer's ``max_request_size``, less a batch's overhead."""
+        producer = int(self._config_for(KafkaProducer).get(
+            "max_request_size", KafkaProducer.DEFAULT_CONFIG["max_request_size"]))
+        topic = self.max_message_bytes or producer
+        return min(topic, producer) - _BATCH_OVERHEAD
+
+    def read_index(self) -> list[IndexRecord]:
+        return read_index(self.config, self._get_consumer())
+
+    def append_index(self, key: bytes, value: bytes) -> None:
+        append_index(self.config, self._get_producer(), key, value)
+
+    @property
+    def index_topic_id(self) -> str:
+        return kafka_topic_id(self.topic_id) or ""
+
+    def _declare(self) -> None:
+        """Declare the history of the topic this log has just created: it holds no record,
+        so a pair without a History record has none (PROTOCOL.md section 6)."""
+        self.append_index(declared_key(new_instance_id()),
+                          encode_entry(Declared(self.config.topic, self.index_topic_id)))
 
     def close(self) -> None:
         # Every append awaited its record: what the producer still holds failed already

@@ -31,7 +31,13 @@ from marshal_py.log.kafka_auth import (
     index_not_authorized,
     is_authorization_failure,
 )
-from marshal_py.protocol.index import Layout, choose_layout, encode_layout, layout_key
+from marshal_py.protocol.index import (
+    IndexRecord,
+    Layout,
+    choose_layout,
+    encode_layout,
+    layout_key,
+)
 
 if TYPE_CHECKING:
     from marshal_py.log.kafka_config import KafkaLogConfig
@@ -42,8 +48,8 @@ _UNKNOWN_TOPIC = 3
 _TOPIC_AUTHORIZATION_FAILED = 29
 #: Where the rule is written, as warnings and errors name it.
 RULE = "PROTOCOL.md section 3"
-
-IndexRecord = tuple[int, bytes | None, bytes | None]
+#: The index topic's max.compaction.lag.ms: no superseded record outlives it by much.
+INDEX_COMPACTION_LAG_MS = 3_600_000
 
 
 @dataclass
@@ -168,6 +174,9 @@ def _create_index_topic(config: KafkaLogConfig, admin: KafkaAdminClient,
         "cleanup.policy": "compact",
         "unclean.leader.election.enable": "false",
         "min.insync.replicas": str(min(2, replication)),
+        # Members re-point their group's newest checkpoint every checkpoint interval, and a
+        # joiner reads the whole index: compact within an hour (the active segment too).
+        "max.compaction.lag.ms": str(INDEX_COMPACTION_LAG_MS),
     }
     log.info("creating coordination index topic %s (1 partition, compacted, replication %d)",
              config.index_name, replication)
@@ -223,6 +232,14 @@ def read_index(config: KafkaLogConfig, consumer: KafkaConsumer) -> list[IndexRec
             polled = consumer.poll(timeout_ms=200, max_records=10_000)
             records.extend((int(r.offset), r.key, r.value) for r in polled.get(tp, ()))
     return records
+
+
+def append_index(config: KafkaLogConfig, producer: KafkaProducer, key: bytes,
+                 value: bytes) -> None:
+    """Write one record to the index and wait for it (acks as the producer's: all)."""
+    with _index_errors(config, "write"):
+        producer.send(config.index_name, key=key, value=value,
+                      partition=0).get(timeout=config.timeout_s)
 
 
 def _write_layout(config: KafkaLogConfig, producer: KafkaProducer, layout: Layout,

@@ -6,7 +6,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from marshal_py.errors import RecordTooLargeError
+from marshal_py.log.base import Fetched, Keep
+from marshal_py.protocol.index import Declared, IndexRecord, declared_key, encode_entry
 from marshal_py.world.records import CoordinationRecord
+
+#: Kafka's default ``max.message.bytes`` (1 MiB and the batch overhead), less that overhead.
+DEFAULT_MAX_VALUE_BYTES = 1_048_576 - 512
 
 
 class VirtualClock:
@@ -33,7 +39,10 @@ class MemoryLog:
     never go backwards within a partition, like Kafka's LogAppendTime. ``partitions`` is its
     layout, as a KafkaLog's: :meth:`add_partitions` grows the topic as an administrator
     could, and records are still placed on the first ``partitions`` (PROTOCOL.md
-    section 3).
+    section 3). It has an index (a list of records, never compacted: readers take the
+    newest record of a key); ``declared`` writes a Declared record there, as a KafkaLog
+    that creates its topic does (PROTOCOL.md section 6). ``max_value_bytes``: the largest
+    value :meth:`append` takes, as a topic's ``max.message.bytes``.
     """
 
     def __init__(
@@ -41,6 +50,9 @@ class MemoryLog:
         partitions: int = 4,
         clock: Callable[[], int] | None = None,
         topic: str = "__marshal",
+        *,
+        declared: bool = False,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
     ) -> None:
         if partitions < 1:
             raise ValueError("partitions must be >= 1")
@@ -52,6 +64,10 @@ class MemoryLog:
         self._changed = threading.Condition()
         self._closed = False
         self._layout = partitions
+        self._max_value_bytes = max_value_bytes
+        self._index: list[IndexRecord] = []
+        if declared:
+            self.append_index(declared_key("memory"), encode_entry(Declared(topic, "")))
 
     @property
     def topic(self) -> str:
@@ -82,8 +98,29 @@ class MemoryLog:
             raise ValueError(f"partition {partition} is outside the layout of {self._topic} "
                              f"(0..{self._layout - 1})")
 
+    @property
+    def max_value_bytes(self) -> int:
+        return self._max_value_bytes
+
+    @property
+    def index_topic_id(self) -> str:
+        """A MemoryLog has no topic id."""
+        return ""
+
+    def read_index(self) -> list[IndexRecord]:
+        with self._changed:
+            return list(self._index)
+
+    def append_index(self, key: bytes, value: bytes) -> None:
+        with self._changed:
+            self._index.append((len(self._index), key, value))
+
     def append(self, partition: int, value: bytes) -> CoordinationRecord:
         self._check(partition)
+        if len(value) > self._max_value_bytes:
+            raise RecordTooLargeError(
+                f"a coordination record of {len(value):,} bytes is larger than "
+                f"{self._topic} takes ({self._max_value_bytes:,})")
         with self._changed:
             records = self._records[partition]
             timestamp = self._clock()
@@ -138,6 +175,17 @@ class MemoryLog:
                 if found or remaining <= 0 or self._closed:
                     return found
                 self._changed.wait(remaining)
+
+    def fetch_matching(self, starts: Mapping[int, int], timeout_s: float,
+                       keep: Keep | None) -> Fetched:
+        """:meth:`fetch` (a subclass's too), filtered."""
+        records = self.fetch(starts, timeout_s)
+        reached: dict[int, int] = {}
+        for record in records:
+            reached[record.partition] = record.position + 1
+        if keep is not None:
+            records = [r for r in records if keep(r.value)]
+        return Fetched(records, reached)
 
     def delete_before(self, partition: int, position: int) -> None:
         """Drop records below ``position`` (what Kafka's retention does to old segments)."""

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from marshal_py.errors import BrokerUnavailableError, CoordinationLogLostError
-from marshal_py.log.base import CoordinationLog
+from marshal_py.log.base import CoordinationLog, Fetched, Keep
 from marshal_py.world.rationalizer import Rationalizer, Verdict
 
 log = logging.getLogger(__name__)
@@ -34,8 +34,14 @@ def catch_up(
     *,
     fetch_timeout_s: float = 1.0,
     progress: Callable[[int, int], None] | None = None,
+    keep: Keep | None = None,
+    until: Mapping[int, int] | None = None,
 ) -> int:
     """Apply every record up to the log's current end on ``partitions``; return how many.
+    With ``keep``, only the records it wants are applied (a member: those of its group),
+    the others are read past without being decoded. With ``until``, a partition it names
+    is read only below that position (or its end, when that comes first): the world as a
+    reader that had read that far saw it.
 
     Raises :class:`~marshal_py.errors.CoordinationLogLostError` when a partition now ends
     before what was already read, or the log's :meth:`verify_identity` finds another topic
@@ -60,8 +66,10 @@ def catch_up(
     # A recreated topic that already holds more records than were read passes the check
     # above: only its identity tells it apart (asked after the ends, so the broker answers).
     log_.verify_identity()
+    if until is not None:
+        targets = {p: min(end, until.get(p, end)) for p, end in targets.items()}
     starts = {p: max(rationalizer.next_position(p), log_.start_position(p)) for p in targets}
-    return _read_to(log_, rationalizer, targets, starts, fetch_timeout_s, progress)
+    return _read_to(log_, rationalizer, targets, starts, fetch_timeout_s, progress, keep)
 
 
 def read_through(
@@ -70,10 +78,12 @@ def read_through(
     targets: Mapping[int, int],
     *,
     fetch_timeout_s: float = 1.0,
+    keep: Keep | None = None,
 ) -> int:
     """Apply every record below ``targets[partition]`` (typically one past a record this
     member has just appended): the read-back after a write, with no request for the log's
-    ends or starts -- one fetch when the records are there. Returns how many were applied."""
+    ends or starts -- one fetch when the records are there. Returns how many were applied
+    (with ``keep``, of those it wants)."""
     for p, end in targets.items():
         if end <= rationalizer.next_position(p):
             # A record just appended landed below what this reader has already read: the
@@ -87,25 +97,40 @@ def read_through(
     if not wanted:
         return 0
     starts = {p: rationalizer.next_position(p) for p in wanted}
-    return _read_to(log_, rationalizer, wanted, starts, fetch_timeout_s, None)
+    return _read_to(log_, rationalizer, wanted, starts, fetch_timeout_s, None, keep)
 
 
-def follow_once(log_: CoordinationLog, rationalizer: Rationalizer, partitions: Iterable[int],
-                timeout_s: float) -> int:
-    """Wait up to ``timeout_s`` for records after what was read on ``partitions`` and apply
-    those that arrive (a long poll: it returns as soon as any does). Returns how many were
-    applied. Positions the reader has read past without records (transaction markers) are
-    skipped. Raises :class:`~marshal_py.errors.CoordinationLogLostError` when the topic is no
-    longer the one the log opened."""
-    chosen = sorted(set(partitions))
-    log_.verify_identity()
-    starts = {p: rationalizer.next_position(p) for p in chosen}
+def _apply_fetched(rationalizer: Rationalizer, fetched: Fetched,
+                   targets: Mapping[int, int] | None = None) -> int:
+    """Apply what a fetch kept (below ``targets``, when given) and move each partition's
+    replay past what it read and did not keep; return how many were applied."""
     applied = 0
-    for record in log_.fetch(starts, timeout_s):
+    for record in fetched.records:
+        if targets is not None and record.position >= targets[record.partition]:
+            continue
         if record.position >= rationalizer.next_position(record.partition):
             rationalizer.apply(record)
             applied += 1
-    if not applied:
+    for p, reached in fetched.reached.items():
+        limit = reached if targets is None else min(reached, targets.get(p, reached))
+        rationalizer.skip_to(p, limit)
+    return applied
+
+
+def follow_once(log_: CoordinationLog, rationalizer: Rationalizer, partitions: Iterable[int],
+                timeout_s: float, keep: Keep | None = None) -> int:
+    """Wait up to ``timeout_s`` for records after what was read on ``partitions`` and apply
+    those that arrive (a long poll: it returns as soon as any does). Returns how many were
+    applied (with ``keep``, of those it wants; the others are read past). Positions the
+    reader has read past without records (transaction markers) are skipped. Raises
+    :class:`~marshal_py.errors.CoordinationLogLostError` when the topic is no longer the one
+    the log opened."""
+    chosen = sorted(set(partitions))
+    log_.verify_identity()
+    starts = {p: rationalizer.next_position(p) for p in chosen}
+    fetched = log_.fetch_matching(starts, timeout_s, keep)
+    applied = _apply_fetched(rationalizer, fetched)
+    if not fetched.reached:
         for p in chosen:
             reached = log_.read_position(p)
             if reached is not None and reached < rationalizer.next_position(p):
@@ -123,15 +148,16 @@ def follow_once(log_: CoordinationLog, rationalizer: Rationalizer, partitions: I
 
 def _read_to(log_: CoordinationLog, rationalizer: Rationalizer, targets: Mapping[int, int],
              starts: Mapping[int, int], fetch_timeout_s: float,
-             progress: Callable[[int, int], None] | None) -> int:
+             progress: Callable[[int, int], None] | None, keep: Keep | None) -> int:
     """Fetch and apply from ``starts`` until every partition reached its target."""
     pending = {p: s for p, s in starts.items() if s < targets[p]}
     total = sum(targets[p] - s for p, s in pending.items())
     applied = 0
+    read = 0
     empty_fetches = 0
     while pending:
-        batch = log_.fetch(pending, fetch_timeout_s)
-        empty_fetches = 0 if batch else empty_fetches + 1
+        fetched = log_.fetch_matching(pending, fetch_timeout_s, keep)
+        empty_fetches = 0 if fetched.reached else empty_fetches + 1
         if empty_fetches >= _MAX_EMPTY_FETCHES:
             # Nothing arrives. Either the positions below the end hold no records (markers of
             # a foreign transactional producer): the reader has read past them, and only
@@ -160,27 +186,16 @@ def _read_to(log_: CoordinationLog, rationalizer: Rationalizer, targets: Mapping
                 elif nxt > pending[p]:
                     pending[p] = nxt
             continue
-        beyond: set[int] = set()
-        for record in batch:
-            if record.position >= targets[record.partition]:
-                beyond.add(record.partition)
-                continue
-            rationalizer.apply(record)
-            applied += 1
-        for p in beyond & pending.keys():
-            # The fetch returns a partition's records in order from its start: one at or
-            # past the target means the positions left below it hold no record (transaction
-            # markers, aborted records). Without this the reader would fetch them forever.
-            if rationalizer.next_position(p) < targets[p]:
-                rationalizer.skip_to(p, targets[p])
+        applied += _apply_fetched(rationalizer, fetched, targets)
         for p in list(pending):
             nxt = rationalizer.next_position(p)
+            read += min(nxt, targets[p]) - pending[p]
             if nxt >= targets[p]:
                 del pending[p]
             elif nxt > pending[p]:
                 pending[p] = nxt
         if progress is not None:
-            progress(applied, total)
+            progress(read, total)
     return applied
 
 

@@ -339,6 +339,41 @@ class Checkpoint(Message):
             raise ValueError("position < 0")
 
 
+#: The most parts a chunked checkpoint may have (readers hold the parts while they collect).
+MAX_CHECKPOINT_PARTS = 10_000
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointChunk(Message):
+    """Extension (version 2): part ``part`` (0-based) of ``parts`` of one checkpoint of
+    ``group_id`` on ``topic`` too large for one record (PROTOCOL.md, checkpoints).
+
+    The parts of one checkpoint share the sender, ``position``, ``parts`` and ``digest`` (the
+    SHA-256 of the whole state text, lowercase hex); their ``data`` joined in part order is
+    the state text. A reader uses the checkpoint only when it holds every part and the
+    joined text has the digest.
+    """
+
+    TYPE: ClassVar[str] = "CheckpointChunk"
+    VERSIONS: ClassVar[frozenset[int]] = frozenset({2})
+    position: int
+    part: int
+    parts: int
+    digest: str
+    data: str
+
+    def validate(self) -> None:
+        if self.position < 0:
+            raise ValueError("position < 0")
+        if not 2 <= self.parts <= MAX_CHECKPOINT_PARTS:
+            raise ValueError(f"parts {self.parts} outside 2..{MAX_CHECKPOINT_PARTS}")
+        if not 0 <= self.part < self.parts:
+            raise ValueError(f"part {self.part} outside 0..{self.parts - 1}")
+        if not _SHA256_HEX.fullmatch(self.digest):
+            raise ValueError("digest is not a SHA-256 in lowercase hex")
+
+
 EXTENSION_MESSAGE_TYPES: tuple[type[Message], ...] = (
     MemberHeartbeat,
     InitializingSharePartition,
@@ -352,4 +387,5 @@ EXTENSION_MESSAGE_TYPES: tuple[type[Message], ...] = (
     KeyRangesHeartbeat,
     ReleasingKeyRanges,
     Checkpoint,
+    CheckpointChunk,
 )

@@ -10,6 +10,7 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import NewPartitions
 
+from marshal_py.errors import RecordTooLargeError
 from marshal_py.log import (
     CoordinationLog,
     KafkaLog,
@@ -19,7 +20,9 @@ from marshal_py.log import (
     follow,
     replay_start,
 )
+from marshal_py.log.record_filter import RecordFilter
 from marshal_py.protocol import ClaimingPartition, Heartbeat, coordination_partition, encode
+from marshal_py.protocol.index import index_view
 from marshal_py.world import Owner, Rationalizer, RationalizerConfig
 
 PARTITIONS = 2
@@ -177,3 +180,84 @@ def test_follow_applies_records_as_they_arrive_until_stopped(log: CoordinationLo
             stop.set()
     assert r.claim("g", topic, 0).committed_offset == 5
     assert r.next_position(cp) == 2
+
+
+def test_fetch_matching_keeps_what_it_wants_and_says_how_far_it_read(
+        log: CoordinationLog) -> None:
+    for value in (b"mine-1", b"theirs-1", b"mine-2", b"theirs-2"):
+        log.append(0, value)
+    log.append(1, b"theirs-3")
+    kept: list[bytes | None] = []
+    reached: dict[int, int] = {}
+    deadline = time.monotonic() + 20
+    while reached != {0: 4, 1: 1} and time.monotonic() < deadline:
+        starts = {0: reached.get(0, 1), 1: reached.get(1, 0)}
+        fetched = log.fetch_matching(starts, 5.0, lambda v: v is not None and b"mine" in v)
+        kept += [r.value for r in fetched.records]
+        reached.update(fetched.reached)
+    assert kept == [b"mine-2"]  # position 0 was not asked for
+    assert reached == {0: 4, 1: 1}
+    everything = log.fetch_matching({0: 0}, 5.0, None)
+    assert [r.value for r in everything.records] == [b"mine-1", b"theirs-1", b"mine-2",
+                                                      b"theirs-2"]
+    assert everything.reached == {0: 4}
+    nothing = log.fetch_matching({0: 4}, 0.2, lambda v: True)
+    assert nothing.records == [] and nothing.reached == {}
+
+
+def test_a_filtered_catch_up_applies_only_the_groups_records(log: CoordinationLog) -> None:
+    topic = "events"
+    cp = coordination_partition(topic, PARTITIONS)
+    for group in ("g", "neighbour", "g/2"):
+        log.append(cp, encode(ClaimingPartition(0, "i1", "a", group, topic, 0)))
+    log.append(cp, encode(Heartbeat(0, "i1", "a", "neighbour", topic, 0, 9)))
+    r = Rationalizer(RationalizerConfig(PARTITIONS, 10_000))
+    assert catch_up(log, r, [cp], keep=RecordFilter(["g"])) == 1
+    assert r.next_position(cp) == 4  # read past the rest
+    assert r.claim("g", topic, 0).owner == Owner("i1", "a")
+    assert r.claim("neighbour", topic, 0).owner is None
+
+
+def test_records_larger_than_the_topic_takes_are_refused(log: CoordinationLog) -> None:
+    assert 100_000 < log.max_value_bytes < 1_048_576
+    log.append(0, b"x" * log.max_value_bytes)
+    with pytest.raises(RecordTooLargeError):
+        log.append(0, b"x" * 1_048_577)
+    assert log.end_position(0) == 1
+
+
+def test_the_index_reads_back_what_was_appended(log: CoordinationLog) -> None:
+    before = [key for _, key, _ in log.read_index()]
+    log.append_index(b"history/g/t/w1", b"History/2/x")
+    log.append_index(b"checkpoint/g/t", b"CheckpointAt/2/y")
+    records = log.read_index()
+    assert [key for _, key, _ in records][len(before):] == [b"history/g/t/w1",
+                                                            b"checkpoint/g/t"]
+    offsets = [offset for offset, _, _ in records]
+    assert offsets == sorted(offsets)
+    assert records[-1][2] == b"CheckpointAt/2/y"
+
+
+def test_a_topic_created_by_its_log_is_declared(
+        log: CoordinationLog, request: pytest.FixtureRequest) -> None:
+    """A coordination topic made by this version holds no record written without its
+    History record (PROTOCOL.md section 6); an opener of an existing topic declares
+    nothing."""
+    if isinstance(log, MemoryLog):
+        log = MemoryLog(partitions=PARTITIONS, declared=True)
+    view = index_view(log.read_index(), log.topic, log.index_topic_id)
+    assert view.declared
+    assert index_view(log.read_index(), log.topic, "another-id").declared is \
+        (log.index_topic_id == "")
+    if isinstance(log, KafkaLog):
+        assert log.index_topic_id  # Kafka 4 topics have ids
+        again = KafkaLog(KafkaLogConfig(bootstrap_servers=log.config.bootstrap_servers,
+                                        topic=log.topic, create_topic=True))
+        try:
+            assert not again.created_topic
+            declared = [key for _, key, _ in again.read_index()
+                        if key is not None and key.startswith(b"declared/")]
+            assert len(declared) == 1
+        finally:
+            again.close()
+    assert not index_view(MemoryLog().read_index(), "__marshal", "").declared

@@ -123,11 +123,14 @@ def add_partitions(bootstrap: str, topic: str, total: int) -> None:
 
 
 def index_records(bootstrap: str, index: str) -> list[tuple[bytes | None, bytes | None]]:
+    """The layout records of ``index`` (those of other kinds left out: a topic's creator
+    also declares its history, PROTOCOL.md 6.1)."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
                              auto_offset_reset="earliest", consumer_timeout_ms=1000)
     try:
         consumer.assign([TopicPartition(index, 0)])
-        return [(r.key, r.value) for r in consumer]
+        return [(r.key, r.value) for r in consumer
+                if r.key is not None and r.key.startswith(b"layout/")]
     finally:
         consumer.close()
 

@@ -24,6 +24,7 @@ from kafka import KafkaConsumer, TopicPartition
 from marshal_py import ConfigurationError, Marshaler, MarshalError
 from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
 from marshal_py.log import KafkaLog, KafkaLogConfig, catch_up
+from marshal_py.log.history import record_history
 from marshal_py.protocol import (
     AcknowledgingRecords,
     AcquiringRecords,
@@ -564,6 +565,8 @@ def test_a_redelivery_acquired_during_a_fetch_is_delivered_not_silently_accepted
 
     def append_b(message: Any) -> None:
         watcher.log.append(watcher.home, encode(message))
+
+    record_history(watcher.log, cluster.group, cluster.topic)  # B's duty as a writer
 
     cluster.produce(10)
     now_s = int(time.time())
