@@ -32,6 +32,8 @@ from marshal_py.protocol.messages import (
 )
 
 SourceMode = Literal["alo", "amo", "share"]
+SourceFetcher = Literal["auto", "confluent", "kafka-python"]
+FETCHERS = ("auto", "confluent", "kafka-python")
 
 #: option name -> what it means (the README table is built from the same words)
 OPTIONS: dict[str, str] = {
@@ -61,6 +63,8 @@ OPTIONS: dict[str, str] = {
     "failOnDataLoss": "true (default): fail when planned records were deleted by retention "
                       "before they were read; false: skip them with a warning",
     "fetch.timeout": "seconds a task waits for records it was planned to read (default 60)",
+    "fetcher": "how executors fetch records: auto (default: librdkafka when confluent-kafka is "
+               "installed on the executor, else kafka-python), confluent or kafka-python",
     "isolation.level": "read_committed (default; kafka.isolation_level when set) or "
                        "read_uncommitted: whether records of aborted transactions are read; "
                        "under read_committed batches end at the last stable offset",
@@ -96,6 +100,7 @@ class SourceOptions:
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     fetch_timeout_s: float = 60.0
+    fetcher: SourceFetcher = "auto"
     coordination_topic: str = DEFAULT_COORDINATION_TOPIC
     coordination_index_topic: str | None = None
     replay_window_s: float = DEFAULT_REPLAY_WINDOW_MS / 1000
@@ -168,6 +173,10 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         raise ConfigurationError(
             "option 'max.poll.interval' applies to mode share only: in alo and amo a "
             "micro-batch holds partitions, not records (see README, Spark)")
+    fetcher = (get("fetcher") or "auto").lower()
+    if fetcher not in FETCHERS:
+        raise ConfigurationError(
+            f"option 'fetcher' must be auto, confluent or kafka-python, not {fetcher!r}")
     start_time = None
     if (text := get("start.datetime")) is not None:
         try:
@@ -203,6 +212,7 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         min_partitions=_integer(get, "minPartitions", None, minimum=1),
         fail_on_data_loss=_boolean(get, "failOnDataLoss", True),
         fetch_timeout_s=_number(get, "fetch.timeout", 60.0, minimum=0.1),
+        fetcher=fetcher,  # type: ignore[arg-type]
         coordination_topic=get("coordination.topic") or DEFAULT_COORDINATION_TOPIC,
         coordination_index_topic=get("coordination.index.topic") or None,
         replay_window_s=_number(get, "replay.window", DEFAULT_REPLAY_WINDOW_MS / 1000,
@@ -214,6 +224,13 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     )
     # Reject kafka.* settings kafka-python does not know, now rather than in every task.
     options.log_config.client_config()
+    if fetcher == "confluent":  # and those librdkafka cannot take, or a missing librdkafka
+        from marshal_py.spark.fetch import confluent_problem
+
+        why = confluent_problem(options.data_config)
+        if why is not None:
+            raise ConfigurationError(f"option fetcher=confluent: {why}; use fetcher=auto or "
+                                     "kafka-python instead")
     return options
 
 

@@ -194,6 +194,7 @@ class MarshalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         on_gaps = (None if task.holder is None
                    else functools.partial(write_gaps, task.holder, self.options.log_config))
         return read_task(task, self.options.data_config, arrow_schema,
+                         fetcher=self.options.fetcher,
                          fail_on_data_loss=self.options.fail_on_data_loss,
                          timeout_s=self.options.fetch_timeout_s, on_gaps=on_gaps)
 
