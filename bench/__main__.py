@@ -39,6 +39,8 @@ SUITES: dict[str, tuple[str, str]] = {
     "coordination": ("bench.suite_coordination",
                      "claim latency, apply rate, catch-up, records per 1,000, RSS"),
     "growth": ("bench.suite_growth", "settling and rationalizer cost against size (MemoryLog)"),
+    "eos": ("bench.suite_eos",
+            "exactly-once copy vs ALO and Kafka's transactions; cost to neighbour groups"),
 }
 
 

@@ -60,6 +60,13 @@ Rules, per mode (each violation has a kind, in parentheses):
     was handed before the stall (counted as a late completion: no lease can stop a process
     that is already processing).
 
+``eos`` (exactly-once consume -> transform -> produce; the output topic read read_committed
+after the run, each output record naming its input in a header):
+  * every record of the topic has exactly one output record (``lost``: none;
+    ``output_twice``: more than one), and every output names a record of the topic
+    (``unknown_record``); hand-outs (which repeat after an aborted transaction, counted as
+    re-deliveries) lie inside a stint of the handing instance (``without_ownership``).
+
 ``share`` (every record accepted exactly once, from the final state of the log):
   * every record of the topic is accepted exactly once (``accepted_twice``, ``not_accepted``)
     and is Acknowledged in the final state (``not_acknowledged``), unless it was archived after
@@ -93,11 +100,12 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from chaos.eos_check import check_outputs
 from chaos.logview import RELEASED, LogView, Stint, build_view
 from marshal_py.protocol import key_slot
 from marshal_py.world import CoordinationRecord
 
-MODES = ("alo", "amo", "share", "key-shared")
+MODES = ("alo", "amo", "eos", "share", "key-shared")
 TP = tuple[int, int]
 
 #: Examples kept per violation kind.
@@ -216,6 +224,9 @@ class RunData:
     coordination: list[CoordinationRecord]
     #: When the broker acknowledged each produced record (seconds), if known.
     produced_at: list[float] = field(default_factory=list)
+    #: ``eos`` runs: the input record (partition, offset) of every record of the output
+    #: topic, read read_committed after the run.
+    outputs: list[TP] = field(default_factory=list)
 
 
 # -- output -----------------------------------------------------------------------------------
@@ -401,7 +412,10 @@ def check(data: RunData, view: LogView | None = None) -> RunResult:
         else:
             known.append(d)
 
-    if meta.mode in ("alo", "amo"):
+    if meta.mode == "eos":
+        _assign(known, view, _partition_unit, result)
+        check_outputs(data.outputs, truth.key, result)
+    elif meta.mode in ("alo", "amo"):
         _check_exclusive(meta.mode, known, dones, truth, view, result)
     elif meta.mode == "key-shared":
         _check_key_shared(known, dones, truth, view, result)

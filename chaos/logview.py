@@ -3,9 +3,9 @@
 The log is replayed with one :class:`~marshal_py.world.Rationalizer` -- the same pure function
 every member runs -- and observed:
 
-* exclusive modes (``alo``, ``amo``): the ownership stints of every partition, from the audit
-  (:func:`marshal_py.admin.audit.audit_records`), its invariant violations, and each
-  partition's final position (where a next owner would start);
+* exclusive modes (``alo``, ``amo``, ``eos``): the ownership stints of every partition, from
+  the audit (:func:`marshal_py.admin.audit.audit_records`), its invariant violations, and
+  each partition's final position (where a next owner would start);
 * ``key-shared``: the ownership stints of every key slot of every partition
   (:class:`SlotStints`, from the applied ``ClaimingKeyRanges`` and ``ReleasingKeyRanges``);
 * ``share``: every acquisition, renewal and acknowledgement that applied, per record
@@ -222,7 +222,7 @@ def build_view(records: Sequence[CoordinationRecord], *, mode: str, group: str, 
     view.violations = [(str(row[0]), f"partition {row[3]}: {row[4]} (at {row[5]} ms)")
                        for row in tables.violations]
     columns = [name for name, _ in OWNERSHIP]
-    if mode in ("alo", "amo"):
+    if mode in ("alo", "amo", "eos"):
         stints = []
         for row in tables.ownership:
             values = dict(zip(columns, row, strict=True))

@@ -9,6 +9,8 @@ Layout of ``<campaign dir>/run-NNN-<mode>/``:
   ``.log`` (marshal_py's warnings) and ``.stacks`` (thread stacks, dumped on SIGUSR1 when the
   process is slow to stop);
 * ``topic.jsonl`` -- the data topic after the run: ``p``, ``o``, ``k`` per record;
+* ``output.jsonl`` -- ``eos`` runs: the output topic after the run (read_committed): ``p``,
+  ``o`` of the input record each output record names;
 * ``coordination.jsonl`` -- the run's coordination topic: ``cp``, ``pos``, ``ts``, ``v``
   (base64, null for a tombstone) per record;
 * ``result.json`` -- the checker's verdict.
@@ -32,6 +34,7 @@ FAULTS = "faults.jsonl"
 PRODUCER = "producer.jsonl"
 TOPIC = "topic.jsonl"
 COORDINATION = "coordination.jsonl"
+OUTPUT = "output.jsonl"
 RESULT = "result.json"
 WORKER_PREFIX = "worker-"
 
@@ -64,4 +67,7 @@ def load_run(directory: Path) -> RunData:
         CoordinationRecord(int(r["cp"]), int(r["pos"]), int(r["ts"]),
                            None if r.get("v") is None else base64.b64decode(r["v"]))
         for r in read_journal(directory / COORDINATION)]
-    return RunData(meta, topic, produced, incarnations, faults, coordination, produced_at)
+    outputs = [(int(r["p"]), int(r["o"])) for r in read_journal(directory / OUTPUT)] \
+        if (directory / OUTPUT).exists() else []
+    return RunData(meta, topic, produced, incarnations, faults, coordination, produced_at,
+                   outputs)

@@ -7,7 +7,7 @@ data. Each run then uses a fresh data topic, coordination topic and group:
 1. it starts ``--consumers`` consumer processes (:mod:`chaos.worker`, client ids ``c0``,
    ``c1``, ...) and waits until each has opened its consumer;
 2. it starts the producer process (:mod:`chaos.producer`): ``--records`` records at about
-   ``--rate`` records/s, keyed ``k0000`` .. (``--keys`` keys); in ``share`` runs as
+   ``--rate`` records/s, keyed ``k0000`` .. (``--keys`` keys); in ``share`` and ``eos`` runs as
    transactions, one per batch, every fourth aborted (its records sent again), so the
    partitions hold commit and abort markers and aborted records, which the consumers
    (read_committed, the default) must never hand out and whose offsets must still be passed;
@@ -24,16 +24,22 @@ data. Each run then uses a fresh data topic, coordination topic and group:
    * ``stop``: SIGSTOP of a random running consumer for 2.5 to 4 heartbeat intervals, then
      SIGCONT: a zombie, whose partitions (or slots, or share locks) move while it is frozen;
    * ``broker``: SIGKILL of the broker, 0 to 2 heartbeat intervals down, then a restart on
-     the same data directory and ports (the restart itself takes some seconds).
+     the same data directory and ports (the restart itself takes some seconds); with
+     ``--brokers 3`` (a three-node :class:`~marshal_py.devbroker.cluster.DevCluster`,
+     replication 3) SIGKILL of the node leading the run's coordination partition, which the
+     cluster replaces while it is down (:mod:`chaos.cluster`).
 
    A consumer that raises (e.g. while the broker is down) exits; the runner journals it and
    starts a replacement with the same client id, and the report counts it.
 4. once the producer is done and every fault is over, it waits (at most ``--drain-timeout``)
    until the run is complete -- ``alo`` and ``key-shared``: every record journalled as
-   processed; ``amo``: every partition's committed offset in the log at its end; ``share``:
+   processed; ``amo``: every partition's committed offset in the log at its end; ``eos``:
+   every partition's committed offset past its last committed record (``eos`` workers copy
+   the topic to ``<topic>-out`` in transactions, each output naming its input); ``share``:
    every share-partition's SPSO at its end -- then stops the consumers gracefully;
-5. it dumps the data topic (read_committed: aborted records are not records to process) and
-   the coordination topic into the run directory and runs the
+5. it dumps the data topic (read_committed: aborted records are not records to process),
+   in ``eos`` runs the output topic (read_committed), and the coordination topic into the
+   run directory and runs the
    checker (:mod:`chaos.checker`) on it.
 
 The run's random generator is seeded with ``--seed`` + the run's number: it decides the fault
@@ -75,6 +81,7 @@ from chaos.rundir import (
     COORDINATION,
     FAULTS,
     META,
+    OUTPUT,
     PRODUCER,
     RESULT,
     TOPIC,
@@ -124,6 +131,9 @@ class Options:
     kafka_config: dict[str, Any] = field(default_factory=dict)
     #: Run authenticated groups: every coordination record signed with a per-run key.
     signed: bool = False
+    #: Kafka nodes: 1 (the broker fault kills the broker) or more (a DevCluster; the broker
+    #: fault kills the node leading the run's coordination partition).
+    brokers: int = 1
 
 
 @dataclass
@@ -223,6 +233,10 @@ class Follower:
                         break
                     rows.append(coordination_row(record))
                     position = record.position + 1
+                if not batch:  # passed positions without records (transaction markers)
+                    reached = self.log.read_position(partition)
+                    if reached is not None and reached > position:
+                        position, empty = reached, 0
             if position < end:
                 raise RunError(f"could not read the coordination partition {partition} to its "
                                f"end ({position} of {end})")
@@ -238,7 +252,7 @@ class Follower:
 
 
 #: Modes whose runs produce transactional input.
-TRANSACTIONAL_MODES = frozenset({"share"})
+TRANSACTIONAL_MODES = frozenset({"share", "eos"})
 
 
 class Run:
@@ -257,6 +271,8 @@ class Run:
         self.topic = f"chaos-{mode}-{tag}"
         self.group = f"chaos.{mode}.{tag}"
         self.coordination_topic = f"__marshal_chaos_{tag}"
+        #: ``eos`` runs copy the topic here, exactly once.
+        self.output = f"{self.topic}-out"
         #: The run's group key (signed runs): key id and hex secret, for workers and checker.
         self.auth_key = ({"key_id": f"chaos-{tag}"[:64], "secret": os.urandom(32).hex()}
                          if options.signed else None)
@@ -286,6 +302,7 @@ class Run:
             "delivery_limit": self.options.delivery_limit, "work_ms": self.options.work_ms,
             "journal": str(journal), "fsync": self.options.fsync,
             "kafka_config": self.options.kafka_config, "auth_key": self.auth_key,
+            "output": self.output,
         }
         self.faults.write("spawn", inc=slot.incarnation, client=client_id, t=now())
         slot.process = ChaosProcess(slot.incarnation, "chaos.worker", settings)
@@ -429,9 +446,17 @@ class Run:
 
             return all_processed
 
+        if self.mode == "eos":
+            # Every committed record's output is committed (the partitions may end with
+            # transaction markers and aborted records, which no batch needs to pass).
+            last: dict[int, int] = {}
+            for row in self._dump_topic():
+                last[row["p"]] = max(last.get(row["p"], -1), row["o"])
+            ends = {p: o + 1 for p, o in last.items()}
+
         def log_at_end() -> bool:
             follower.poll()
-            position = follower.committed if self.mode == "amo" else follower.spso
+            position = follower.spso if self.mode == "share" else follower.committed
             return all(position(p) >= end for p, end in ends.items())
 
         return log_at_end
@@ -460,14 +485,19 @@ class Run:
         from kafka import KafkaAdminClient
 
         admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+        topics = [self.topic] + ([self.output] if self.mode == "eos" else [])
+        replication = getattr(self.broker, "replication", 1)
         try:
-            admin.create_topics({self.topic: {"num_partitions": options.partitions,
-                                              "replication_factor": 1}},
+            admin.create_topics({name: {"num_partitions": options.partitions,
+                                        "replication_factor": replication}
+                                 for name in topics},
                                 wait_for_metadata=True)
         finally:
             admin.close()
         follower = Follower(self.bootstrap, self.coordination_topic, self.group, self.topic,
                             int(self.hi * 1000), self.auth_key)
+        if hasattr(self.broker, "target"):  # a cluster: broker faults kill this leader
+            self.broker.target = (self.coordination_topic, follower.home)
         meta = {"mode": self.mode, "group": self.group, "topic": self.topic,
                 "coordination_topic": self.coordination_topic,
                 "partitions": options.partitions, "coordination_partitions": follower.count,
@@ -511,6 +541,8 @@ class Run:
             log.info("  consumers stopped in %.1f s", time.monotonic() - began)
             began = time.monotonic()
             write_jsonl(self.directory / TOPIC, self._dump_topic())
+            if self.mode == "eos":
+                write_jsonl(self.directory / OUTPUT, self._dump_output())
             write_jsonl(self.directory / COORDINATION, follower.dump())
             log.info("  topics dumped in %.1f s", time.monotonic() - began)
         finally:
@@ -549,28 +581,40 @@ class Run:
         for process in processes:
             process.stop(timeout_s=STOP_TIMEOUT_S)
 
+    def _dump_output(self) -> list[dict[str, Any]]:
+        """``eos`` runs: the input record each output record names (read_committed)."""
+        return [{"p": int(p), "o": int(o)} for p, _, o in
+                (dict(r.headers)["src"].decode().partition("/")
+                 for r in self._read_committed(self.output))]
+
     def _dump_topic(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for r in self._read_committed(self.topic):
+            key = r.key.decode("utf-8", "replace") if r.key is not None else None
+            rows.append({"p": r.partition, "o": r.offset, "k": key})
+        return rows
+
+    def _read_committed(self, topic: str) -> list[Any]:
+        """Every record of ``topic`` up to its end now, read read_committed."""
         from kafka import KafkaConsumer, TopicPartition
 
         consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
                                  enable_auto_commit=False, isolation_level="read_committed")
-        rows: list[dict[str, Any]] = []
+        found: list[Any] = []
         try:
-            tps = [TopicPartition(self.topic, p) for p in range(self.options.partitions)]
+            tps = [TopicPartition(topic, p) for p in range(self.options.partitions)]
             consumer.assign(tps)
             consumer.seek_to_beginning(*tps)
             ends = consumer.end_offsets(tps)
             deadline = time.monotonic() + 120
             while any(consumer.position(tp) < ends[tp] for tp in tps):
                 if time.monotonic() > deadline:
-                    raise RunError("could not read the data topic to its end")
+                    raise RunError(f"could not read {topic} to its end")
                 for records in consumer.poll(timeout_ms=500).values():
-                    for r in records:
-                        key = r.key.decode("utf-8", "replace") if r.key is not None else None
-                        rows.append({"p": r.partition, "o": r.offset, "k": key})
+                    found.extend(records)
         finally:
             consumer.close()
-        return rows
+        return found
 
 
 # -- the campaign ----------------------------------------------------------------------------
@@ -592,8 +636,15 @@ def run_campaign(options: Options, report: Callable[[RunOutcome], None] | None =
     own_broker = broker is None
     outcomes: list[RunOutcome] = []
     if own_broker:
-        broker = DevBroker(data_dir=base / "broker", heap="512m")
-        log.info("starting the broker (data in %s)", base / "broker")
+        if options.brokers > 1:
+            from chaos.cluster import LeaderKiller
+
+            broker = LeaderKiller(options.brokers, base / "cluster")
+            log.info("starting a %d-node cluster (data in %s)", options.brokers,
+                     base / "cluster")
+        else:
+            broker = DevBroker(data_dir=base / "broker", heap="512m")
+            log.info("starting the broker (data in %s)", base / "broker")
         broker.start()
     try:
         number = 0
@@ -629,6 +680,7 @@ def run_campaign(options: Options, report: Callable[[RunOutcome], None] | None =
         if own_broker:
             broker.stop()
             shutil.rmtree(base / "broker", ignore_errors=True)
+            shutil.rmtree(base / "cluster", ignore_errors=True)
             if options.directory is None and not any(base.iterdir()):
                 base.rmdir()
     return outcomes
@@ -811,7 +863,7 @@ def parser() -> argparse.ArgumentParser:
                 "broker crashes, then an offline check of every guarantee of the mode. "
                 "`bin/chaos check RUN_DIR` checks a kept run again.")
     p.add_argument("--mode", type=_modes, required=True,
-                   help="alo, amo, share, key-shared (comma-separated, or all)")
+                   help="alo, amo, eos, share, key-shared (comma-separated, or all)")
     p.add_argument("--runs", type=_positive_int, default=1, help="runs per mode (default 1)")
     p.add_argument("--seed", type=int, default=None,
                    help="campaign seed; run n uses seed + n (default: from the clock, printed)")
@@ -853,6 +905,9 @@ def parser() -> argparse.ArgumentParser:
                    metavar="KEY=VALUE",
                    help="a kafka-python setting for the consumers' clients (Marshaler "
                         "kafka_config), e.g. reconnect_backoff_max_ms=1000; repeatable")
+    p.add_argument("--brokers", type=int, default=1, choices=range(1, 6), metavar="1..5",
+                   help="Kafka nodes (default 1); with 3, the broker fault kills the node "
+                        "leading the run's coordination partition (a DevCluster)")
     p.add_argument("--signed", action="store_true",
                    help="authenticated groups: every coordination record signed with a key of "
                         "the run (a genuine record rejected is a violation)")
@@ -910,7 +965,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lock_duration=args.lock_duration, delivery_limit=args.delivery_limit,
         work_ms=args.work_ms, drain_timeout=args.drain_timeout, directory=args.dir,
         keep=args.keep, fsync=args.fsync, kafka_config=dict(args.kafka_config),
-        signed=args.signed)
+        signed=args.signed, brokers=args.brokers)
     total_runs = len(options.modes) * options.runs
     if not args.json:
         print(f"chaos: seed {seed}, {total_runs} run(s) of {', '.join(options.modes)}, "

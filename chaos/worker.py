@@ -8,7 +8,9 @@ stdin (or gets SIGTERM, or its stdin closes), then closes the consumer gracefull
 release, leave) and says ``{"done": true, ...}``. If the consumer raises, the worker journals
 the error, says ``{"error": ...}`` and exits with status 3 (the runner starts a replacement).
 
-For every record it is handed, the worker journals (see :mod:`chaos.journal`):
+``eos`` runs copy the records to the run's output topic in transactions instead
+(:func:`copy_exactly_once`). For every record it is handed, the worker journals (see
+:mod:`chaos.journal`):
 
 1. ``d``: partition, offset, key, delivery count and the interval ``[t0, t1]`` of wall-clock
    time in which the consumer decided to hand the record out;
@@ -38,6 +40,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +93,8 @@ def open_consumer(marshaler: Any, settings: dict[str, Any]) -> Any:
     """The consumer of the run's mode, through the public API."""
     mode = settings["mode"]
     topics = [settings["topic"]]
+    if mode == "eos":
+        return marshaler.consumer(topics, "eos", offset_reset="earliest")
     if mode == "share":
         return marshaler.consumer(topics, "share", offset_reset="earliest",
                                   acknowledgement="explicit",
@@ -137,7 +142,9 @@ def consume(settings: dict[str, Any], journal: Journal) -> int:
 
         threading.Thread(target=wait_for_stop, name="stop-reader", daemon=True).start()
         say(ready=True, instance=marshaler.instance_id, pid=os.getpid())
-        iterator = iter(consumer)
+        iterator: Iterator[Any] = iter(consumer) if mode != "eos" else iter(())
+        if mode == "eos":
+            delivered = copy_exactly_once(consumer, settings, journal, work_s)
         while True:
             stamps.before_next()
             try:
@@ -174,6 +181,43 @@ def consume(settings: dict[str, Any], journal: Journal) -> int:
     if status == 0:
         say(done=True, delivered=delivered)
     return status
+
+
+def copy_exactly_once(consumer: Any, settings: dict[str, Any], journal: Journal,
+                      work_s: float) -> int:
+    """``eos`` runs: copy every batch to the run's output topic (value and key, with a
+    ``src`` header ``<partition>/<offset>`` naming the input record) in its transaction.
+
+    Journalled: ``d`` per record of a batch (``[t0, t1]`` around the internal call that
+    decides the hand-out), ``x`` per record once its batch committed, ``a`` once it was not
+    (the records come again)."""
+    stamps = [0.0, 0.0]
+    take = consumer._take_batch
+
+    def stamped(max_records: int) -> Any:
+        t0 = now()
+        batch = take(max_records)
+        if batch is not None:
+            stamps[0], stamps[1] = t0, now()
+        return batch
+
+    consumer._take_batch = stamped  # instance attribute: poll_batch calls it
+    output = settings["output"]
+    delivered = 0
+    for batch in consumer.batches(max_records=settings.get("batch", 100)):
+        for record in batch:
+            key = record.key.decode("utf-8", "replace") if record.key is not None else None
+            journal.write("d", p=record.partition, o=record.offset, k=key, c=1,
+                          t0=stamps[0], t1=stamps[1])
+            delivered += 1
+            if work_s:
+                time.sleep(work_s)
+            batch.send(output, record.value, key=record.key,
+                       headers=[("src", f"{record.partition}/{record.offset}".encode())])
+        ok = batch.commit()
+        for record in batch:
+            journal.write("x" if ok else "a", p=record.partition, o=record.offset, t=now())
+    return delivered
 
 
 def worker_main() -> int:

@@ -7,10 +7,12 @@ that log with the same deterministic rationalizer and so reaches the same world 
 from marshal_py.auth_keys import load_group_keys
 from marshal_py.client import (
     Consumer,
+    ExactlyOnceConsumer,
     KeySharedConsumer,
     Marshaler,
     ShareConsumer,
     ShareRecord,
+    TransactionBatch,
 )
 from marshal_py.errors import (
     BrokerUnavailableError,
@@ -52,6 +54,7 @@ __all__ = [
     "CoordinationLogLostError",
     "CoordinationTopicError",
     "DevBrokerError",
+    "ExactlyOnceConsumer",
     "GroupKey",
     "KafkaAuthenticationError",
     "KafkaAuthorizationError",
@@ -67,6 +70,7 @@ __all__ = [
     "ShareRecord",
     "TopicNotFoundError",
     "TopicRecreatedError",
+    "TransactionBatch",
     "Verdict",
     "__version__",
     "load_group_keys",

@@ -28,6 +28,7 @@ from marshal_py.admin.cli_common import (
     print_table,
     replay_options,
 )
+from marshal_py.admin.mirror import check_topics_exist, mirror
 from marshal_py.admin.world_view import (
     RECORD_COLUMNS,
     SHARE_COLUMNS,
@@ -40,6 +41,7 @@ from marshal_py.admin.world_view import (
 )
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine_types import Balance, Mode, OffsetReset
+from marshal_py.client.eos_consumer import DEFAULT_TRANSACTION_TIMEOUT_MS
 from marshal_py.client.fetchers import FETCHER_KINDS, FetcherKind
 from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
 from marshal_py.client.key_shared_consumer import KeySharedConsumer
@@ -309,11 +311,18 @@ def _record_json(record: Any) -> dict[str, object]:
 @kafka_options
 @click.option("--group", required=True, help="Consumer group id.")
 @click.option("--topic", "topics", required=True, multiple=True, help="Topic(s) to consume.")
-@click.option("--mode", type=click.Choice(["alo", "amo", "share", "key-shared"]),
+@click.option("--mode", type=click.Choice(["alo", "amo", "eos", "share", "key-shared"]),
               default="alo", show_default=True,
-              help="at-least-once, at-most-once, share (queue semantics, implicit accept), or "
-                   "key-shared (any number of members per partition, per-key order, implicit "
-                   "commit).")
+              help="at-least-once, at-most-once, eos (exactly-once copy to --output-topic), "
+                   "share (queue semantics, implicit accept), or key-shared (any number of "
+                   "members per partition, per-key order, implicit commit).")
+@click.option("--output-topic",
+              help="eos: copy every record (key, value, headers) to this topic, in Kafka "
+                   "transactions that also commit the input offsets: read_committed readers "
+                   "of it see each input record once.")
+@click.option("--transaction-timeout", type=click.FloatRange(min=0.1, max=900),
+              default=DEFAULT_TRANSACTION_TIMEOUT_MS / 1000, show_default=True,
+              help="eos: seconds a transaction may stay open (Kafka's transaction.timeout.ms).")
 @click.option("--client-id", help="Stable name of this consumer (default: HOST-PID).")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0.01), default=10.0,
               show_default=True,
@@ -367,7 +376,8 @@ def _record_json(record: Any) -> dict[str, object]:
 @auth_keys_option
 @metrics_options
 def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, group: str,
-            topics: tuple[str, ...], mode: str, client_id: str | None,
+            topics: tuple[str, ...], mode: str, output_topic: str | None,
+            transaction_timeout: float, client_id: str | None,
             heartbeat_interval: float, offset_reset: str, balance: str,
             max_claims: int | None, release_lag: int | None, lock_duration: float,
             delivery_limit: int, start_datetime: str | None, dead_letter_topic: str | None,
@@ -377,6 +387,9 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
     """Consume topics as a member of GROUP until SIGTERM / Ctrl-C, then commit and release."""
     from marshal_py.client.marshaler import Marshaler
 
+    if (mode == "eos") != (output_topic is not None):
+        raise click.UsageError("--mode eos copies records to --output-topic, and "
+                               "--output-topic needs --mode eos")
     marshaler = Marshaler(bootstrap_servers, group, client_id, heartbeat_interval,
                           coordination_topic=coordination_topic, timeout=timeout,
                           kafka_config=current_kafka_config(),
@@ -389,6 +402,20 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
         reset = cast(OffsetReset, offset_reset)
         isolation = cast(IsolationLevel | None, isolation_level)
         consumer: Consumer | ShareConsumer | KeySharedConsumer
+        if mode == "eos":
+            assert output_topic is not None
+            check_topics_exist(kafka_log_config(bootstrap_servers, coordination_topic,
+                                                timeout), [output_topic])
+            eos = marshaler.consumer(list(topics), "eos", offset_reset=reset,
+                                     balance=cast(Balance, balance), max_claims=max_claims,
+                                     release_lag=release_lag, isolation_level=isolation,
+                                     max_poll_interval=max_poll_interval,
+                                     transaction_timeout=transaction_timeout)
+            _started(marshaler, group, topics)
+            count = mirror(eos, output_topic, print_records, max_records)
+            click.echo(f"marshal consume: copied {count:,} records to {output_topic} "
+                       "exactly once; released", err=True)
+            return
         if mode == "key-shared":
             consumer = marshaler.consumer(list(topics), "key-shared", offset_reset=reset,
                                           isolation_level=isolation,
@@ -418,9 +445,7 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
                                           amo_batch_size=batch_size or DEFAULT_AMO_WINDOW_RECORDS,
                                           amo_window=amo_window, isolation_level=isolation,
                                           max_poll_interval=max_poll_interval)
-        click.echo(f"marshal consume: member {marshaler.client_id} "
-                   f"(instance {marshaler.instance_id}) of {group} on {', '.join(topics)}",
-                   err=True)
+        _started(marshaler, group, topics)
         try:
             poison = {int(o) for o in release_offsets.split(",") if o.strip()}
         except ValueError as exc:
@@ -431,6 +456,12 @@ def consume(bootstrap_servers: str, coordination_topic: str, timeout: float, gro
                    err=True)
     finally:
         marshaler.close()
+
+
+def _started(marshaler: Any, group: str, topics: Sequence[str]) -> None:
+    click.echo(f"marshal consume: member {marshaler.client_id} "
+               f"(instance {marshaler.instance_id}) of {group} on {', '.join(topics)}",
+               err=True)
 
 
 def _consume_loop(consumer: Consumer | ShareConsumer | KeySharedConsumer, print_records: bool,

@@ -3,6 +3,8 @@
 from marshal_py.client.clock import BrokerClock
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine import EngineConfig, MemberEngine
+from marshal_py.client.eos_batch import TransactionBatch
+from marshal_py.client.eos_consumer import ExactlyOnceConsumer
 from marshal_py.client.key_shared_consumer import KeySharedConsumer
 from marshal_py.client.key_shared_engine import KeySharedConfig, KeySharedEngine
 from marshal_py.client.marshaler import Marshaler, default_client_id
@@ -13,6 +15,7 @@ __all__ = [
     "BrokerClock",
     "Consumer",
     "EngineConfig",
+    "ExactlyOnceConsumer",
     "KeySharedConfig",
     "KeySharedConsumer",
     "KeySharedEngine",
@@ -22,5 +25,6 @@ __all__ = [
     "ShareConsumer",
     "ShareEngine",
     "ShareRecord",
+    "TransactionBatch",
     "default_client_id",
 ]

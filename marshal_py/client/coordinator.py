@@ -94,6 +94,16 @@ class CoordinationThread(_MemberThread):
         self._interval_s = interval_s
         self._ticked = threading.Condition()
         self._ticks = 0
+        self._woken = threading.Event()
+
+    def wake(self) -> None:
+        """Run the next step now instead of at the end of the interval (any thread)."""
+        self._woken.set()
+
+    def join(self, timeout_s: float = 30.0) -> None:
+        """Wait for the thread to end (call after setting ``stop``)."""
+        self._woken.set()
+        super().join(timeout_s)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -112,7 +122,9 @@ class CoordinationThread(_MemberThread):
             with self._ticked:
                 self._ticks += 1
                 self._ticked.notify_all()
-            self._stop.wait(self._interval_s)
+            if not self._stop.is_set():
+                self._woken.wait(self._interval_s)
+                self._woken.clear()
         with self._ticked:  # wake anyone waiting for ticks that will not come
             self._ticked.notify_all()
 

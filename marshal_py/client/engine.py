@@ -14,12 +14,14 @@ import random
 from collections.abc import Iterable
 
 from marshal_py.client.engine_types import EngineClock, PartitionSource
+from marshal_py.client.fencing import Fencing, fence_and_read, read_to_end
 from marshal_py.client.holdings import (
     EngineConfig,
     EngineStats,
     Holding,
     HoldingMember,
 )
+from marshal_py.errors import ConfigurationError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.protocol import ClaimingPartition, Message
 from marshal_py.world import Owner, PartitionClaim, Rationalizer
@@ -38,11 +40,19 @@ class MemberEngine(HoldingMember):
     or the log has new records; the delivering side reads :attr:`leases`. Simulations and
     micro-batch members use :meth:`accept`, :meth:`deliver` and :meth:`commit` instead. Call
     :meth:`close` at the end. Not thread-safe: the caller serializes calls.
+
+    Exactly-once (``mode="eos"``) needs ``fencing``: a won partition is fenced, the log read
+    to its end, and only then started at its committed offset (:mod:`.fencing`).
     """
 
     def __init__(self, config: EngineConfig, log_: CoordinationLog, rationalizer: Rationalizer,
-                 source: PartitionSource, clock: EngineClock, rng: random.Random) -> None:
+                 source: PartitionSource, clock: EngineClock, rng: random.Random,
+                 fencing: Fencing | None = None) -> None:
+        if (config.mode == "eos") != (fencing is not None):
+            raise ConfigurationError("an exactly-once engine (mode 'eos') needs a fencing, and "
+                                     "only it")
         super().__init__(config, log_, rationalizer, source, clock, rng)
+        self.fencing = fencing
         self._reclaim_after_ms: int | None = None
         self._last_balance_release_ms: dict[str, int] = {}
         #: Claims this member won whose take-up failed (see :meth:`_propose`).
@@ -305,10 +315,12 @@ class MemberEngine(HoldingMember):
 
     def _claim_some(self, topic: str, count: int, wanted: int, now: int) -> None:
         start = self.rng.randrange(count)
-        candidates = []
-        for i in range(count):
-            partition = (start + i) % count
-            if (topic, partition) in self.holdings:
+        # Claims won and not taken up yet (a take-up failed, or retake()) come first.
+        untaken = sorted(p for t, p in self._untaken if t == topic and p < count)
+        order = untaken + [(start + i) % count for i in range(count)]
+        candidates: list[int] = []
+        for partition in order:
+            if (topic, partition) in self.holdings or partition in candidates:
                 continue
             if self._claimable(self._claim(topic, partition), now):
                 candidates.append(partition)
@@ -316,6 +328,17 @@ class MemberEngine(HoldingMember):
                     break
         if candidates:
             self._propose(topic, candidates)
+
+    def retake(self, topic: str, partition: int, epoch: int) -> None:
+        """Exactly-once: what the partition's last transaction under claim ``epoch`` did is
+        unknown (its commit timed out, or its producer was fenced): stop handing it out now
+        and take it up again at the next step (claim, fence, read the log, start at the
+        committed offset). Nothing happens when ``epoch`` is no longer the held claim's: the
+        partition was given up, or taken up again, meanwhile."""
+        holding = self.holdings.get((topic, partition))
+        if holding is not None and holding.epoch == epoch:
+            self._drop((topic, partition))
+            self._untaken.add((topic, partition))
 
     def _propose(self, topic: str, partitions: list[int]) -> None:
         """Propose claims (one batch), read them back, take up the ones won, and heartbeat
@@ -330,24 +353,36 @@ class MemberEngine(HoldingMember):
         self.stats.claims_proposed += len(partitions)
         self.channel.read_back(written)  # the log decided
         self._sync_with_world()
-        won = []
         mine = [p for p in partitions if self._claim(topic, p).owner == self.me]
+        self.stats.claims_lost += len(partitions) - len(mine)
         # Until taken up, a won claim is ours in the log only: if taking it up fails (an
-        # offset lookup), the next step claims it again, which renews it.
+        # offset lookup, a fence), the next step claims it again, which renews it.
         self._untaken.update((topic, p) for p in mine)
+        if mine and self.fencing is not None:
+            mine = fence_and_read(self.fencing, topic, mine, self._read_to_end,
+                                  lambda p: self._claim(topic, p).owner == self.me)
         bounds = self.source.offset_bounds_of([(topic, p) for p in mine]) if mine else {}
-        for partition in partitions:
+        won = []
+        for partition in mine:
             claim = self._claim(topic, partition)
-            if claim.owner == self.me:
-                won.append(self._won(topic, partition, claim, bounds[(topic, partition)]))
-                self._untaken.discard((topic, partition))
-                self.stats.claim_latencies_ms.append(
-                    round(self.clock.monotonic_ms() - started))
-            else:
-                self.stats.claims_lost += 1
+            won.append(self._won(topic, partition, claim, bounds[(topic, partition)]))
+            self._untaken.discard((topic, partition))
+            self.stats.claim_latencies_ms.append(round(self.clock.monotonic_ms() - started))
         if won:
             # Commits the starting offsets at once; read back with the next step's.
             self._send_heartbeats(self.clock.now_ms())
+
+    def _read_to_end(self) -> bool:
+        """Read the log to its end (read_committed) and update the holdings; False when it
+        cannot be read now."""
+        read = self._try_catch_up(lambda: read_to_end(self.log, self.rationalizer,
+                                                      self.channel.partitions.values()))
+        self._sync_with_world()
+        return read
+
+    def _dropped(self, key: TP) -> None:
+        if self.fencing is not None:
+            self.fencing.forget(*key)
 
     def _won(self, topic: str, partition: int, claim: PartitionClaim,
              bounds: tuple[int, int]) -> Holding:

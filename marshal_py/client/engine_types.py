@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Literal, Protocol
 
 Mode = Literal["alo", "amo"]
+#: What an exclusive engine runs: a :data:`Mode`, or ``"eos"`` (exactly-once
+#: consume-transform-produce: it works as for ``"alo"`` and takes partitions up through a
+#: :class:`~marshal_py.client.fencing.Fencing`).
+EngineMode = Literal["alo", "amo", "eos"]
 OffsetReset = Literal["latest", "earliest"]
 Balance = Literal["fair", "greedy"]
 
@@ -24,6 +28,11 @@ class PartitionSource(Protocol):
                          ) -> dict[tuple[str, int], tuple[int, int]]:
         """(beginning, end) offsets of several partitions, asked together (one round trip
         per broker for each bound, not two per partition)."""
+        ...
+
+    def end_offsets_of(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """End offsets (last stable offsets under read_committed) of several partitions,
+        asked together."""
         ...
 
     def group_committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:

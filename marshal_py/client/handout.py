@@ -160,7 +160,10 @@ class HandOut:
 
     def _replan(self) -> None:
         reading = {k for k, f in self.feeds.items() if not f.lapsed}
-        self.plan = (reading, self._seeks)
+        # Seeks of a plan not taken yet stay in it (a later seek of a partition wins): two
+        # changes between two takes must not lose the first one's seeks.
+        pending = self.plan[1] if self.plan is not None else []
+        self.plan = (reading, pending + self._seeks)
         self._seeks = []
         self._order = deque(k for k in self._order if k in self.feeds)
 
@@ -246,6 +249,47 @@ class HandOut:
                 self._ask_window(feed, now, offset_of(batch[-1]))
         self._order = deque(k for k in self._order if k in self.feeds)
         return out
+
+    def take_partition(self, max_records: int, now: float
+                       ) -> tuple[PartitionLease, list[Any], int] | None:
+        """Exactly-once: up to ``max_records`` records of ONE partition (the next in turn
+        whose lease covers ``now``), with its lease and the position after them; None when
+        none may go out. They count as handed out (committed by a transaction, or given
+        back with :meth:`give_back`)."""
+        for _ in range(len(self._order)):
+            key = self._order[0]
+            self._order.rotate(-1)
+            feed = self.feeds.get(key)
+            if feed is None or not feed.current() or not self._lease_covers(feed, now):
+                continue
+            out: list[Any] = []
+            next_position = feed.next_position
+            while len(out) < max_records and feed.current():
+                end = min(len(feed.records), feed.i + max_records - len(out))
+                chunk = feed.records[feed.i:end]
+                next_position = feed.next_position if end == len(feed.records) \
+                    else offset_of(feed.records[end])
+                feed.lease.cursor.handed(chunk, next_position)
+                feed.i = end
+                out.extend(chunk)
+            return feed.lease, out, next_position
+        return None
+
+    def give_back(self, lease: PartitionLease, offset: int) -> None:
+        """Records of ``lease`` from ``offset`` on were handed out and not committed (an
+        aborted transaction): fetch and hand them out again, if the claim is still held."""
+        lease.cursor.rewind(offset)
+        key = (lease.topic, lease.partition)
+        feed = self.feeds.get(key)
+        if feed is None or feed.lease is not lease:
+            return  # gone: its next owner starts at the committed offset
+        if feed.lapsed:
+            feed.resume_at = min(feed.resume_at, offset)  # fetched again once renewed
+            return
+        feed.drop_buffer()
+        feed.expect = feed.next_position = offset
+        self._seeks.append((key, offset))
+        self._replan()
 
     def next_batch(self, now: float) -> tuple[_Feed, int] | None:
         """For iteration: the feed whose records may go out now and the index past the last

@@ -19,7 +19,7 @@ import random
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
-from marshal_py.client.engine_types import Balance, EngineClock, Mode, PartitionSource
+from marshal_py.client.engine_types import Balance, EngineClock, EngineMode, PartitionSource
 from marshal_py.client.lease import CommitCursor, PartitionLease
 from marshal_py.client.member_base import GroupMember, MemberConfig
 from marshal_py.errors import ConfigurationError, CoordinationLogLostError, MarshalError
@@ -47,7 +47,7 @@ DEFAULT_AMO_WINDOW_MS = 100
 class EngineConfig(MemberConfig):
     """Settings of one exclusive-mode member (on top of :class:`MemberConfig`)."""
 
-    mode: Mode = "alo"
+    mode: EngineMode = "alo"
     balance: Balance = "fair"
     max_claims: int | None = None
     #: Greedy members: release a partition whose lag exceeds this many records, when another
@@ -60,8 +60,8 @@ class EngineConfig(MemberConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.mode not in ("alo", "amo"):
-            raise ConfigurationError(f"mode must be 'alo' or 'amo', not {self.mode!r}")
+        if self.mode not in ("alo", "amo", "eos"):
+            raise ConfigurationError(f"mode must be 'alo', 'amo' or 'eos', not {self.mode!r}")
         if self.balance not in ("fair", "greedy"):
             raise ConfigurationError(f"balance must be 'fair' or 'greedy', not {self.balance!r}")
         if self.max_claims is not None and self.max_claims < 1:
@@ -160,7 +160,11 @@ class HoldingMember(GroupMember[EngineConfig]):
         with self.handout_guard:
             holding.lease.revoke()
         self._publish()
+        self._dropped(key)
         return holding
+
+    def _dropped(self, key: TP) -> None:
+        """``key`` is no longer held (subclasses)."""
 
     def _drop_all(self) -> None:
         for key in list(self.holdings):

@@ -20,7 +20,8 @@ from marshal_py.client.channel import DEFAULT_CHECKPOINT_INTERVAL_MS
 from marshal_py.client.clock import BrokerClock
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine import EngineConfig, MemberEngine
-from marshal_py.client.engine_types import Balance, Mode, OffsetReset
+from marshal_py.client.engine_types import Balance, EngineMode, Mode, OffsetReset
+from marshal_py.client.eos_consumer import DEFAULT_TRANSACTION_TIMEOUT_MS, ExactlyOnceConsumer
 from marshal_py.client.fetchers import FetcherKind, OpeningFetcher
 from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
 from marshal_py.client.host import MemberHost
@@ -37,6 +38,7 @@ from marshal_py.client.settings import (
 from marshal_py.client.share_consumer import AckMode, ShareConsumer
 from marshal_py.client.share_engine import ShareConfig, ShareEngine
 from marshal_py.client.source import KafkaPartitionSource
+from marshal_py.client.transactions import KafkaFencing
 from marshal_py.errors import ConfigurationError
 from marshal_py.identity import new_instance_id
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
@@ -59,7 +61,7 @@ from marshal_py.world import (
 log = logging.getLogger(__name__)
 
 #: The consumption modes :meth:`Marshaler.consumer` knows.
-CONSUMER_MODES = ("alo", "amo", "share", "key-shared")
+CONSUMER_MODES = ("alo", "amo", "eos", "share", "key-shared")
 
 
 def default_client_id() -> str:
@@ -238,6 +240,14 @@ class Marshaler:
                  max_poll_interval: float = ...) -> KeySharedConsumer: ...
 
     @overload
+    def consumer(self, topics: Iterable[str], mode: Literal["eos"], *,
+                 offset_reset: OffsetReset = ..., balance: Balance = ...,
+                 max_claims: int | None = ..., release_lag: int | None = ...,
+                 transaction_timeout: float = ...,
+                 isolation_level: IsolationLevel | None = ...,
+                 max_poll_interval: float = ...) -> ExactlyOnceConsumer: ...
+
+    @overload
     def consumer(self, topics: Iterable[str], mode: Mode = ..., *,
                  offset_reset: OffsetReset = ..., balance: Balance = ...,
                  max_claims: int | None = ..., release_lag: int | None = ...,
@@ -248,7 +258,7 @@ class Marshaler:
     def consumer(
         self,
         topics: Iterable[str],
-        mode: Mode | Literal["share", "key-shared"] = "alo",
+        mode: Mode | Literal["eos", "share", "key-shared"] = "alo",
         *,
         offset_reset: OffsetReset = "latest",
         balance: Balance = "fair",
@@ -266,10 +276,13 @@ class Marshaler:
         start_time: datetime | None = None,
         isolation_level: IsolationLevel | None = None,
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL_MS / 1000,
+        transaction_timeout: float = DEFAULT_TRANSACTION_TIMEOUT_MS / 1000,
     ) -> Consumer | ShareConsumer | KeySharedConsumer:
         """Join the group on ``topics`` and return the consumer of the partitions it wins.
 
-        ``mode``: ``"alo"`` (at-least-once) or ``"amo"`` (at-most-once). ``offset_reset``:
+        ``mode``: ``"alo"`` (at-least-once), ``"amo"`` (at-most-once) or ``"eos"``
+        (exactly-once consume-transform-produce: see :class:`ExactlyOnceConsumer`; a batch
+        must be committed within ``transaction_timeout`` seconds, default 10). ``offset_reset``:
         where a partition with no committed offset starts, ``"latest"`` (default, as Kafka)
         or ``"earliest"``. ``balance``: ``"fair"`` holds about partitions / live members and
         hands partitions over to members that join; ``"greedy"`` takes every free partition.
@@ -333,18 +346,29 @@ class Marshaler:
                 self._host, share, data, self._share_tick_s(lock_duration),
                 acknowledgement, dead_letter_topic)
         else:
+            fencing = None if mode != "eos" else KafkaFencing(
+                self._log_config, self.group_id, timeout_s=self.config.timeout_ms / 1000,
+                transaction_timeout_ms=seconds_to_ms(transaction_timeout,
+                                                     "transaction_timeout"))
             # The data fetcher connects while the member joins (both are round trips).
             opening = OpeningFetcher(self.config.fetcher, data, wanted)
             try:
                 engine, source = self._exclusive_engine(
                     wanted, mode, offset_reset, balance, max_claims, release_lag, data,
-                    amo_window_records=amo_batch_size, amo_window_ms=round(amo_window * 1000),
-                    max_poll_interval_ms=max_poll_ms)
+                    fencing, amo_window_records=amo_batch_size,
+                    amo_window_ms=round(amo_window * 1000), max_poll_interval_ms=max_poll_ms)
             except BaseException:
                 opening.abandon()
                 raise
             try:
-                consumer = Consumer(self._host, engine, wanted, data, fetcher=opening)
+                if fencing is None:
+                    consumer = Consumer(self._host, engine, wanted, data, fetcher=opening)
+                else:
+                    consumer = ExactlyOnceConsumer(
+                        self._host, engine, wanted, data, fencing=fencing,
+                        coordination_topic=self._log_config.topic,
+                        coordination_partitions=self._log.partition_count(),
+                        group_keys=self.rationalizer.config.group_keys, fetcher=opening)
             except BaseException:
                 with self._lock:
                     engine.close()
@@ -428,10 +452,11 @@ class Marshaler:
         return data_config(self._log_config, isolation_level_of(
             isolation_level, self._log_config.kafka_config))
 
-    def _exclusive_engine(self, topics: tuple[str, ...], mode: Mode, offset_reset: OffsetReset,
+    def _exclusive_engine(self, topics: tuple[str, ...], mode: EngineMode,
+                          offset_reset: OffsetReset,
                           balance: Balance, max_claims: int | None, release_lag: int | None,
-                          data: KafkaLogConfig, **extra: int,
-                          ) -> tuple[MemberEngine, KafkaPartitionSource]:
+                          data: KafkaLogConfig, fencing: KafkaFencing | None = None,
+                          **extra: int) -> tuple[MemberEngine, KafkaPartitionSource]:
         config = EngineConfig(
             group_id=self.group_id,
             client_id=self.client_id,
@@ -450,7 +475,7 @@ class Marshaler:
         )
         source = self._open_source(topics, data)
         engine = MemberEngine(config, self._log, self.rationalizer, source, self.clock,
-                              random.Random())
+                              random.Random(), fencing)
         self._start(engine, source)
         return engine, source
 

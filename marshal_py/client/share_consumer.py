@@ -10,6 +10,7 @@ with a kafka-python consumer and hands them out, each with its delivery count.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 AckMode = Literal["implicit", "explicit"]
+#: How much consumption one acquisition covers (at the measured rate), and how often the rate
+#: is sampled.
+ACQUIRE_AHEAD_S = 0.2
+RATE_SAMPLE_S = 0.1
 TP = tuple[str, int]
 
 
@@ -84,40 +89,76 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         self._letters = DeadLetterWriter(kafka, engine.config.group_id)
         self.dead_lettered = 0
         self._to_fetch: dict[TP, dict[int, int]] = {}  # acquired, not fetched: offset -> count
-        self._buffer: deque[ShareRecord] = deque()
-        self._unacked: dict[tuple[TP, int], ShareRecord] = {}
+        #: The measured hand-out rate (records/s, smoothed) and where it was last sampled.
+        self._rate: float | None = None
+        self._rate_mark = (time.monotonic(), 0)
+        #: Fetched records with the monotonic time their lock surely holds until (a copy of
+        #: the lock's expiry when fetched: renewals only extend it).
+        #: (The engine's ``drops`` count is kept with it: a copy is no proof of holding once
+        #: the engine let records go.)
+        self._buffer: deque[tuple[ShareRecord, float, int]] = deque()
+        self._unacked: dict[tuple[TP, int], tuple[ShareRecord, float, int]] = {}
+        #: Acknowledgements taken without the lock, handed to the engine at its next step
+        #: (or before the next acquisition, which writes them in the same round trip).
+        self._acks: deque[tuple[str, int, int, str]] = deque()
         self._watch = PollWatch(engine.config.max_poll_interval_ms)
         self._start_coordination("marshal-share", tick_interval_s)
 
     # -- background: membership, renewals, acknowledgements, pre-claiming -----------------------
 
     def _step(self) -> None:
+        self._hand_acks_over()
         self._watch_poll_interval("its acquired records")
         self._engine.tick()
         if not self._engine.suspended:
             self._preclaim()
 
+    def _hand_acks_over(self) -> None:
+        """Give the engine the acknowledgements taken without the lock (lock held)."""
+        acks, engine = self._acks, self._engine
+        while acks:
+            engine.ack(*acks.popleft())
+
     def _before_suspend(self) -> None:
         """Drop what was acquired and not fetched (the engine releases it; a record released
         at its last attempt is owed a dead letter, which the log gives someone to write)."""
+        self._hand_acks_over()
         self._to_fetch.clear()
 
     def _after_rejoin(self) -> None:
         self._unacked.clear()  # released when the work was given up
 
     def _preclaim(self) -> None:
-        """Keep a batch per partition acquired ahead of the application (call with the lock
-        held): the coordination thread does it each tick, the fetching thread when it runs
-        dry."""
-        batch = self._engine.config.batch_size
+        """Keep about one window per partition acquired ahead of the application (call with
+        the lock held): the coordination thread does it each tick and whenever the fetching
+        thread wakes it (half a window left), the fetching thread itself when it runs dry."""
+        self._hand_acks_over()
+        window = self._window()
         for topic in self.topics:
             count = self._engine.source.partition_count(topic) or 0
             for partition in range(count):
                 waiting = self._to_fetch.setdefault((topic, partition), {})
-                if len(waiting) < batch:
-                    for offset, delivery_count in self._engine.acquire(topic, partition, batch,
-                                                                       duties=True):
+                if len(waiting) < window:
+                    for offset, delivery_count in self._engine.acquire(
+                            topic, partition, window, duties=True):
                         waiting[offset] = delivery_count
+
+    def _window(self) -> int:
+        """Records to acquire at a time: about ``ACQUIRE_AHEAD_S`` of this member's measured
+        rate of hand-outs, at least ``batch_size``, at most its share of half the in-flight
+        window (so members acquire disjoint ranges instead of racing for the same ones)."""
+        now = time.monotonic()
+        elapsed = now - self._rate_mark[0]
+        if elapsed >= RATE_SAMPLE_S:
+            rate = (self.records_delivered - self._rate_mark[1]) / elapsed
+            self._rate = rate if self._rate is None else 0.5 * self._rate + 0.5 * rate
+            self._rate_mark = (now, self.records_delivered)
+        config = self._engine.config
+        members = max(1, len(self._engine.rationalizer.members(
+            config.group_id, self.topics[0], self._engine.clock.now_ms())))
+        ceiling = max(config.batch_size, config.inflight_limit // (2 * members))
+        wanted = int((self._rate or 0.0) * ACQUIRE_AHEAD_S)
+        return max(config.batch_size, min(ceiling, wanted))
 
     # -- fetching --------------------------------------------------------------------------------
 
@@ -155,15 +196,23 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
             with self._lock:
                 waiting = self._to_fetch.get(tp, {})
                 owed = self._engine.duties.get(tp, {})
+                expiries = self._engine.lock_expiries(*tp)
+                drops = self._engine.drops
+                # Broker milliseconds to this process's monotonic seconds, once per batch.
+                shift = time.monotonic() - self._engine.clock.now_ms() / 1000
                 fetched = {r.offset for r in records}
                 for r in records:
                     count = waiting.pop(r.offset, None)
                     if count is not None and r.offset in owed:
                         duties.append((r, count))
                     elif count is not None:
-                        self._buffer.append(ShareRecord(r.topic, r.partition, r.offset,
-                                                        r.timestamp, r.key, r.value,
-                                                        list(r.headers or []), count))
+                        expiry = expiries.get(r.offset)
+                        self._buffer.append((
+                            ShareRecord(r.topic, r.partition, r.offset, r.timestamp, r.key,
+                                        r.value, list(r.headers or []), count),
+                            -1.0 if expiry is None else expiry / 1000 + shift, drops))
+                if len(waiting) * 2 < self._window() and self._thread is not None:
+                    self._thread.wake()  # acquire the next window while these go out
                 if start is None:
                     continue
                 # Acquired offsets this poll passed over that hold no record this member may
@@ -217,7 +266,8 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
                 "(or use acknowledgement='implicit')"
             )
         with self._lock:
-            for record in self._unacked.values():
+            self._hand_acks_over()
+            for record, _, _ in self._unacked.values():
                 self._engine.ack(record.topic, record.partition, record.offset, "accept")
         self._unacked.clear()
 
@@ -230,12 +280,16 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
 
     def _next_buffered(self) -> ShareRecord | None:
         while self._buffer:
-            record = self._buffer.popleft()
-            with self._lock:
-                deliverable = self._engine.holds(record.topic, record.partition, record.offset,
-                                                 record.delivery_count)
+            record, surely_until, drops = self._buffer.popleft()
+            deliverable = time.monotonic() < surely_until and drops == self._engine.drops
+            if not deliverable:  # the copy of the lock ran out, or the engine let records go
+                with self._lock:
+                    deliverable = self._engine.holds(record.topic, record.partition,
+                                                     record.offset, record.delivery_count)
+                surely_until = -1.0
             if deliverable:
-                self._unacked[((record.topic, record.partition), record.offset)] = record
+                self._unacked[((record.topic, record.partition), record.offset)] = \
+                    (record, surely_until, drops)
                 return record
             # The lock elapsed before the record was handed out: someone else may have it,
             # or, at its last attempt, the log owes it a dead letter (someone's duty).
@@ -251,8 +305,14 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         if self._watch is not None and self._watch.timed_out:
             raise self._watch.failure("acknowledgement")
         key = ((record.topic, record.partition), record.offset)
-        self._unacked.pop(key, None)
+        handed = self._unacked.pop(key, None)
+        if handed is not None and time.monotonic() < handed[1] \
+                and handed[2] == self._engine.drops:
+            # The lock holds: the engine takes it at its next step (no lock taken here).
+            self._acks.append((record.topic, record.partition, record.offset, kind))
+            return True
         with self._lock:
+            self._hand_acks_over()
             return self._engine.ack(record.topic, record.partition, record.offset, kind)
 
     @property
@@ -262,8 +322,9 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
 
     def _close_engine(self) -> None:
         """Accept (implicit mode) what was handed out, release the rest, leave."""
+        self._hand_acks_over()
         if self.acknowledgement == "implicit":
-            for record in self._unacked.values():
+            for record, _, _ in self._unacked.values():
                 self._engine.ack(record.topic, record.partition, record.offset, "accept")
         self._unacked.clear()
         self._engine.close()

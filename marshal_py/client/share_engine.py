@@ -98,12 +98,20 @@ class ShareEngine(GroupMember[ShareConfig]):
         self.held: dict[TP, dict[int, int]] = defaultdict(dict)
         self._lock_expiry: dict[TP, dict[int, int]] = defaultdict(dict)
         self._pending: dict[tuple[TP, str], list[int]] = defaultdict(list)
+        #: The end (last stable offset under read_committed) each partition was last seen to
+        #: have: asked again only when acquisition has caught up with it.
+        self._ends: dict[TP, int] = {}
         #: Held offsets that are dead-letter duties, with their state when acquired.
         self.duties: dict[TP, dict[int, InFlightRecord]] = defaultdict(dict)
         self._told_dead_letters: set[TP] = set()
         self.stats = ShareStats()
+        #: Bumped whenever held records are let go other than by this member's own
+        #: acknowledgement (suspended, closed, dropped, a topic deleted, a lock elapsed): a
+        #: consumer's copies of lock expiries taken before it are no proof of holding.
+        self.drops = 0
 
     def _drop_all(self) -> None:
+        self.drops += 1
         self.duties.clear()
         self.held.clear()
         self._lock_expiry.clear()
@@ -121,6 +129,7 @@ class ShareEngine(GroupMember[ShareConfig]):
         if self._closed:
             return
         try:
+            self.drops += 1
             for tp, offsets in list(self.held.items()):
                 for offset in offsets:
                     self._pending[(tp, "release")].append(offset)
@@ -139,6 +148,7 @@ class ShareEngine(GroupMember[ShareConfig]):
         if self._closed or self.suspended:
             return
         self.suspended = True
+        self.drops += 1
         for tp, offsets in list(self.held.items()):
             self._pending[(tp, "release")].extend(offsets)
         self.held.clear()
@@ -176,6 +186,7 @@ class ShareEngine(GroupMember[ShareConfig]):
 
     def _forget_topic(self, topic: str) -> None:
         """Release the records held of a deleted topic (their delivery counts stay)."""
+        self.drops += 1
         for tp in [tp for tp in self.held if tp[0] == topic]:
             self._pending[(tp, "release")].extend(self.held.pop(tp))
             self._lock_expiry.pop(tp, None)
@@ -230,7 +241,7 @@ class ShareEngine(GroupMember[ShareConfig]):
             return []
         wanted = max_records or self.config.batch_size
         now = self.clock.now_ms()
-        _, end = self.source.offset_bounds(topic, partition)
+        end = self._end_of(topic, partition, share.speo)
         limit = min(end, share.spso + share.inflight_limit)
         if until is not None:
             limit = min(limit, until)
@@ -256,9 +267,13 @@ class ShareEngine(GroupMember[ShareConfig]):
         message = AcquiringRecords(now // 1000, self.me.instance_id, self.me.client_id,
                                    self.config.group_id, topic, partition,
                                    format_ranges(ranges_of(candidates)), self.config.lock_ms)
-        self._append(message)
+        # Queued acknowledgements go first, in the same round trip: they free the in-flight
+        # window (and move the SPSO) before the acquisition applies.
+        messages = [*self._acknowledgements(), message]
+        self.stats.coordination_records += len(messages)
+        written = self.channel.append_all(messages)
         self.stats.acquisitions += 1
-        self._catch_up()  # read back: the log decided which of them are ours
+        self.channel.read_back(written)  # the log decided which of them are ours
         granted = []
         expiries = self._lock_expiry[(topic, partition)]
         wanted_set = set(candidates)
@@ -275,6 +290,22 @@ class ShareEngine(GroupMember[ShareConfig]):
         self.stats.records_acquired += len(granted)
         self.stats.records_void += len(candidates) - len(granted)
         return sorted(granted)
+
+    def _end_of(self, topic: str, partition: int, speo: int) -> int:
+        """The partition's end for acquiring new records: the one last asked for, asked again
+        (one request) only once the share-partition's end offset (SPEO) has reached it, so a
+        member with a backlog acquires without a request, and one at the end sees new
+        records at once. A smaller end than the true one only limits what is acquired."""
+        key = (topic, partition)
+        end = self._ends.get(key)
+        if end is None or end <= speo:
+            end = self._ends[key] = self.source.end_offsets_of([key])[key]
+        return end
+
+    def lock_expiries(self, topic: str, partition: int) -> dict[int, int]:
+        """The lock expiry (broker ms) of each offset of the partition this member holds
+        (read it, do not change it)."""
+        return self._lock_expiry.get((topic, partition), {})
 
     def holds(self, topic: str, partition: int, offset: int,
               delivery_count: int | None = None) -> bool:
@@ -297,6 +328,7 @@ class ShareEngine(GroupMember[ShareConfig]):
         still = {r.offset for r in self.rationalizer.acquired_by(
             self.me, self.config.group_id, topic, partition, self.clock.now_ms())}
         gone = [offset for offset in held if offset not in still]
+        self.drops += 1
         expiries = self._lock_expiry[(topic, partition)]
         for offset in gone:
             del held[offset]
@@ -321,22 +353,33 @@ class ShareEngine(GroupMember[ShareConfig]):
         return True
 
     def flush(self) -> None:
-        """Write queued acknowledgements, one record per partition and kind."""
+        """Write queued acknowledgements, one record per partition and kind (one round
+        trip for all of them)."""
+        messages = self._acknowledgements()
+        if messages:
+            self.stats.coordination_records += len(messages)
+            self.channel.append_all(messages)
+
+    def _acknowledgements(self) -> list[Message]:
+        """The queued acknowledgements as messages (the queue is emptied)."""
         pending, self._pending = self._pending, defaultdict(list)
+        messages: list[Message] = []
         for ((topic, partition), kind), offsets in sorted(pending.items()):
             if not offsets:
                 continue
-            self._append(AcknowledgingRecords(
+            messages.append(AcknowledgingRecords(
                 self.clock.now_ms() // 1000, self.me.instance_id, self.me.client_id,
                 self.config.group_id, topic, partition, format_ranges(ranges_of(offsets)),
                 kind))
             self.stats.acks[kind] += len(offsets)
+        return messages
 
     def _renew_due(self, now: int) -> None:
         for (topic, partition), expiries in list(self._lock_expiry.items()):
             due = [o for o, expiry in expiries.items()
                    if now < expiry and expiry - now < self.config.lock_ms // 2]
             for offset in [o for o, expiry in expiries.items() if expiry <= now]:
+                self.drops += 1
                 del expiries[offset]  # elapsed: no longer ours
                 self.held[(topic, partition)].pop(offset, None)
                 self.duties[(topic, partition)].pop(offset, None)

@@ -137,25 +137,30 @@ def _jaas(module: str, username: str, password: str, extra: str = "") -> str:
 
 def member_acls(principal: str, coordination_topic: str = "__marshal",
                 topics: Iterable[str] = (), *, create: bool = False,
-                index_topic: str | None = None) -> list[object]:
+                index_topic: str | None = None, output_topics: Iterable[str] = (),
+                transactional_group: str | None = None) -> list[object]:
     """The kafka-python ``ACL`` objects a marshal_py member needs (for
     ``KafkaAdminClient.create_acls``): READ, WRITE, DESCRIBE and DESCRIBE_CONFIGS on the
     coordination topic, READ, WRITE and DESCRIBE on its index (``index_topic``, default
     ``<coordination_topic>-index``), READ and DESCRIBE on each of ``topics``, and with
     ``create`` CREATE on the cluster (to create the coordination topic and its index).
-    ``principal``: ``"User:alice"``."""
+    Exactly-once members also need WRITE and DESCRIBE on their ``output_topics`` and on the
+    transactional ids of their group (``transactional_group``: the prefix
+    ``marshal/<group>/``). ``principal``: ``"User:alice"``."""
     from kafka.admin import (
         ACL,
         ACLOperation,
         ACLPermissionType,
+        ACLResourcePatternType,
         ResourcePattern,
         ResourceType,
     )
 
-    def allow(operation: ACLOperation, kind: ResourceType, name: str) -> ACL:
+    def allow(operation: ACLOperation, kind: ResourceType, name: str,
+              pattern: ACLResourcePatternType = ACLResourcePatternType.LITERAL) -> ACL:
         return ACL(principal=principal, host="*", operation=operation,
                    permission_type=ACLPermissionType.ALLOW,
-                   resource_pattern=ResourcePattern(kind, name))
+                   resource_pattern=ResourcePattern(kind, name, pattern))
 
     acls = [allow(op, ResourceType.TOPIC, coordination_topic)
             for op in (ACLOperation.READ, ACLOperation.WRITE, ACLOperation.DESCRIBE,
@@ -165,6 +170,13 @@ def member_acls(principal: str, coordination_topic: str = "__marshal",
     for topic in topics:
         acls += [allow(op, ResourceType.TOPIC, topic)
                  for op in (ACLOperation.READ, ACLOperation.DESCRIBE)]
+    for topic in output_topics:
+        acls += [allow(op, ResourceType.TOPIC, topic)
+                 for op in (ACLOperation.WRITE, ACLOperation.DESCRIBE)]
+    if transactional_group is not None:
+        acls += [allow(op, ResourceType.TRANSACTIONAL_ID, f"marshal/{transactional_group}/",
+                       ACLResourcePatternType.PREFIXED)
+                 for op in (ACLOperation.WRITE, ACLOperation.DESCRIBE)]
     if create:
         acls.append(allow(ACLOperation.CREATE, ResourceType.CLUSTER, "kafka-cluster"))
     return acls
@@ -271,7 +283,8 @@ class SecureDevBroker(DevBroker):
 
     def grant(self, principal: str, coordination_topic: str = "__marshal",
               topics: Iterable[str] = (), *, create: bool = False,
-              index_topic: str | None = None) -> None:
+              index_topic: str | None = None, output_topics: Iterable[str] = (),
+              transactional_group: str | None = None) -> None:
         """Give ``principal`` (``"User:alice"`` or ``"alice"``) the ACLs of a member (see
         :func:`member_acls`), as admin."""
         from kafka import KafkaAdminClient
@@ -279,7 +292,8 @@ class SecureDevBroker(DevBroker):
         if ":" not in principal:
             principal = f"User:{principal}"
         acls = member_acls(principal, coordination_topic, topics, create=create,
-                           index_topic=index_topic)
+                           index_topic=index_topic, output_topics=output_topics,
+                           transactional_group=transactional_group)
         admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers,
                                  client_id="marshal-devbroker-acls", **self.client_config())
         try:

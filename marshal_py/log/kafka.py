@@ -2,7 +2,9 @@
 
 Produces with ``acks=all`` and idempotence, so an acknowledged coordination record survives
 broker failover (given replication and ``unclean.leader.election.enable=false``), and reads
-with a group-less consumer on manually assigned partitions.
+with a group-less consumer on manually assigned partitions, ``read_committed``: exactly-once
+members write their commit records inside Kafka transactions (PROTOCOL.md 7.2), and a record
+of an aborted or open transaction must never reach the world state.
 """
 
 from __future__ import annotations
@@ -90,6 +92,28 @@ def _awaiting(future: Any) -> Callable[[float], Any]:
     return lambda timeout_s: future.get(timeout=timeout_s)
 
 
+#: A long poll of the coordination log looks this often (seconds) whether its reader has
+#: passed positions that hold no record.
+_MARKER_CHECK_S = 0.1
+
+
+def _poll_or_passed(consumer: KafkaConsumer, wanted: Mapping[TopicPartition, int],
+                    timeout_s: float) -> dict[TopicPartition, list[Any]]:
+    """``consumer.poll`` for up to ``timeout_s``, returning early (nothing) once the reader
+    has moved past a start of ``wanted`` without a record: those positions hold transaction
+    markers or records of aborted transactions, which every exactly-once commit leaves
+    behind, and the caller skips them (``read_position``) instead of waiting out the poll."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        polled = consumer.poll(timeout_ms=int(max(0.0, min(left, _MARKER_CHECK_S)) * 1000),
+                               max_records=10_000)
+        if polled or left <= _MARKER_CHECK_S:
+            return dict(polled)
+        if any(consumer.position(tp) > start for tp, start in wanted.items()):
+            return {}
+
+
 def _retry_until(probe: Callable[[], T], timeout_s: float, interval_s: float = 0.1) -> T:
     """Call ``probe`` until it returns something truthy or ``timeout_s`` has passed (at
     least once); return its last answer."""
@@ -134,6 +158,9 @@ class KafkaLog:
         self._admin: KafkaAdminClient | None = None
         self._producer: KafkaProducer | None = None
         self._consumer: KafkaConsumer | None = None
+        #: Per partition, (start, position) of the last fetch that passed only positions
+        #: without a record: asked again from that start, it answers nothing at once.
+        self._passed: dict[TopicPartition, tuple[int, int]] = {}
         #: The coordination topic's retention.ms as the broker reports it (-1: forever).
         self.retention_ms: int | None = None
         #: The topic id (KIP-516) of the topic opened: a recreated one has another.
@@ -345,13 +372,16 @@ class KafkaLog:
     def _get_consumer(self) -> KafkaConsumer:
         if self._consumer is None:
             try:
-                self._consumer = quick_metadata(KafkaConsumer(
-                    group_id=None,
-                    enable_auto_commit=False,
-                    auto_offset_reset="earliest",
-                    fetch_max_wait_ms=100,
+                self._consumer = quick_metadata(KafkaConsumer(**{
+                    "group_id": None,
+                    "enable_auto_commit": False,
+                    "auto_offset_reset": "earliest",
+                    "fetch_max_wait_ms": 100,
                     **self._config_for(KafkaConsumer),
-                ))
+                    # Whatever kafka_config says for data topics: records of aborted
+                    # transactions are not records of the log (PROTOCOL.md 7.2).
+                    "isolation_level": "read_committed",
+                }))
             except (KafkaConnectionError, KafkaTimeoutError) as exc:
                 raise _unreachable(self.config, exc) from exc
         return self._consumer
@@ -441,10 +471,21 @@ class KafkaLog:
             for tp, start in wanted.items():
                 consumer.seek(tp, start)
         else:
+            passed = False
             for tp, start in wanted.items():
-                if consumer.position(tp) != start:
+                position = consumer.position(tp)
+                if position == start:
+                    continue
+                if self._passed.get(tp) == (start, position):
+                    passed = True  # start..position-1 hold no record (read_position tells)
+                else:
                     consumer.seek(tp, start)
-        polled = consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=10_000)
+            if passed:
+                return []
+        polled = _poll_or_passed(consumer, wanted, timeout_s)
+        if not polled:
+            self._passed = {tp: (start, position) for tp, start in wanted.items()
+                            if (position := consumer.position(tp)) > start}
         records: list[CoordinationRecord] = []
         for tp, batch in sorted(polled.items(), key=lambda item: item[0].partition):
             start = wanted.get(tp, 0)

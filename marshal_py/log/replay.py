@@ -141,9 +141,9 @@ def _read_to(log_: CoordinationLog, rationalizer: Rationalizer, targets: Mapping
             for p in list(pending):
                 reached = log_.read_position(p)
                 if reached is not None and reached > pending[p]:
-                    log.warning("positions %d..%d of %s partition %d hold no records "
-                                "(transaction markers?); skipping them", pending[p],
-                                min(reached, targets[p]) - 1, log_.topic, p)
+                    log.debug("positions %d..%d of %s partition %d hold no records "
+                              "(transaction markers); skipping them", pending[p],
+                              min(reached, targets[p]) - 1, log_.topic, p)
                     rationalizer.skip_to(p, min(reached, targets[p]))
                     moved = True
             if not moved:
@@ -160,11 +160,19 @@ def _read_to(log_: CoordinationLog, rationalizer: Rationalizer, targets: Mapping
                 elif nxt > pending[p]:
                     pending[p] = nxt
             continue
+        beyond: set[int] = set()
         for record in batch:
             if record.position >= targets[record.partition]:
+                beyond.add(record.partition)
                 continue
             rationalizer.apply(record)
             applied += 1
+        for p in beyond & pending.keys():
+            # The fetch returns a partition's records in order from its start: one at or
+            # past the target means the positions left below it hold no record (transaction
+            # markers, aborted records). Without this the reader would fetch them forever.
+            if rationalizer.next_position(p) < targets[p]:
+                rationalizer.skip_to(p, targets[p])
         for p in list(pending):
             nxt = rationalizer.next_position(p)
             if nxt >= targets[p]:

@@ -34,6 +34,17 @@ def next_sequence() -> int:
         return next(_sequence)
 
 
+def record_value(message: Message, group_keys: Mapping[str, Sequence[GroupKey]]) -> bytes:
+    """``message`` as a record's value, signed with its group's first key and this process's
+    next sequence number when ``group_keys`` has keys for its group. For a record that
+    another producer than a :class:`MessageWriter` appends (an exactly-once commit, inside a
+    Kafka transaction): its writer must be the only one writing under its instance id, so
+    that its records reach the log in the order of their numbers."""
+    body = encode(message)
+    keys = group_keys.get(message.group_id)
+    return sign(body, keys[0], next_sequence()) if keys else body
+
+
 class MessageWriter:
     """Appends messages to a coordination log, signing those about the groups of
     ``group_keys`` with the group's first key and the process's next sequence numbers.

@@ -8,11 +8,12 @@
           .option("bootstrap.servers", "127.0.0.1:9092")
           .load())        # coordination_partition int, offset long, timestamp_ms long, value binary
 
-One input partition per coordination partition — a partition holding more than
-``split.records`` records is split into offset ranges of that size — planned on the driver
-from the partitions' beginning and end offsets at planning time. Executors read their range
-with kafka-python (group-less, manually assigned) and yield Arrow record batches; nothing is
-held between tasks. Records appended after planning are not read.
+Read ``read_committed``, as every member reads it. One input partition per coordination
+partition — a partition holding more than ``split.records`` records is split into offset
+ranges of that size — planned on the driver from the partitions' beginning and end offsets at
+planning time. Executors read their range with kafka-python (group-less, manually assigned)
+and yield Arrow record batches; nothing is held between tasks. Records appended after
+planning are not read.
 
 Options: ``bootstrap.servers`` (required), ``topic`` (default ``__marshal``),
 ``partitions`` (comma-separated coordination partitions, default all), ``split.records``
@@ -97,15 +98,17 @@ class LogOptions:
             raise ConfigurationError("split.records and timeout.ms must be >= 1")
 
     def consumer(self) -> Any:
-        """A group-less kafka-python consumer for this cluster."""
+        """A group-less kafka-python consumer for this cluster, reading ``read_committed``
+        whatever ``kafka.isolation_level`` says: a record of an aborted transaction (an
+        exactly-once member's commit that did not happen) is not part of the log."""
         from kafka import KafkaConsumer
 
-        return KafkaConsumer(
-            bootstrap_servers=self.bootstrap_servers, group_id=None,
-            enable_auto_commit=False, auto_offset_reset="earliest",
-            request_timeout_ms=self.timeout_ms + 5_000,
-            fetch_max_bytes=64 << 20, max_partition_fetch_bytes=16 << 20,
-            **self.kafka_config)
+        return KafkaConsumer(**{
+            "bootstrap_servers": self.bootstrap_servers, "group_id": None,
+            "enable_auto_commit": False, "auto_offset_reset": "earliest",
+            "request_timeout_ms": self.timeout_ms + 5_000,
+            "fetch_max_bytes": 64 << 20, "max_partition_fetch_bytes": 16 << 20,
+            **self.kafka_config, "isolation_level": "read_committed"})
 
 
 def plan(options: LogOptions) -> list[LogRange]:

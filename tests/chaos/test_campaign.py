@@ -45,7 +45,9 @@ def test_a_short_campaign_violates_no_guarantee(broker: DevBroker, mode: str,
     assert dict(result.faults) == {"kill": 1, "stop": 1, "broker": 1}
     assert result.records == RECORDS
     assert result.handed_out >= (RECORDS if mode != "amo" else RECORDS - 200)
-    if mode in ("alo", "key-shared", "share"):
+    if mode in ("alo", "key-shared", "share", "eos"):
         assert result.lost == 0
+    if mode == "eos":
+        assert result.duplicated == 0  # no input has two outputs
     # A clean run's journals are removed (kept only with notes, e.g. a slow stop).
     assert outcome.directory is None or outcome.notes

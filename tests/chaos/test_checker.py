@@ -93,10 +93,12 @@ def topic(offsets: Sequence[int] | int, key: str | None = "k1",
 
 
 def run(mode: str, records: list[TopicRecord], journals: Sequence[Journal], log: Log,
-        delivery_limit: int = 5, partitions: int = 1) -> RunResult:
+        delivery_limit: int = 5, partitions: int = 1,
+        outputs: Sequence[tuple[int, int]] = ()) -> RunResult:
     meta = RunMeta(mode, G, T, partitions, COORDINATION_PARTITIONS, HI, delivery_limit)
     data = RunData(meta, records, [(r.partition, r.offset) for r in records],
-                   [j.incarnation() for j in journals], [], log.records)
+                   [j.incarnation() for j in journals], [], log.records,
+                   outputs=list(outputs))
     return check(data)
 
 
@@ -230,6 +232,41 @@ def test_amo_log_invariant_reconfirmation_is_reported() -> None:
            .at(2520, ClaimingMessages(0, B[0], B[1], G, T, 0, 3)))
     result = run("amo", topic(6), [], log)
     assert "log_amo_reconfirmed" in kinds(result)
+
+
+# -- exactly-once ---------------------------------------------------------------------------------
+
+
+def commit_of(who: tuple[str, str], offset: int, p: int = 0) -> Message:
+    from marshal_py.protocol import CommittingTransaction
+
+    return CommittingTransaction(0, f"{who[0]}.t{p}", who[1], G, T, p, offset)
+
+
+def test_eos_every_input_output_once_passes_whatever_was_handed_out_again() -> None:
+    log = (Log().at(0, claim(A)).at(10, beat(A, 0)).at(300, commit_of(A, 2))
+           .at(2500, claim(B)).at(2510, beat(B, 2)).at(2800, commit_of(B, 4)))
+    a = Journal(A).deliver(100, 0).deliver(100, 1).deliver(400, 2).deliver(400, 3)
+    b = Journal(B).deliver(2600, 2).deliver(2600, 3)  # a's second batch was aborted
+    result = run("eos", topic(4), [a, b], log, outputs=[(0, 0), (0, 1), (0, 2), (0, 3)])
+    assert result.ok, result.violations
+    assert (result.lost, result.duplicated, result.redeliveries) == (0, 0, 2)
+
+
+def test_eos_an_output_twice_a_missing_one_and_a_foreign_one_are_violations() -> None:
+    log = Log().at(0, claim(A)).at(10, beat(A, 0)).at(300, commit_of(A, 3))
+    a = Journal(A).deliver(100, 0).deliver(100, 1).deliver(100, 2)
+    result = run("eos", topic(3), [a], log, outputs=[(0, 0), (0, 0), (0, 2), (0, 9)])
+    assert kinds(result) == {"output_twice", "lost", "unknown_record"}
+    assert (result.lost, result.duplicated) == (1, 1)
+
+
+def test_eos_a_zombie_hand_out_is_a_violation() -> None:
+    log = Log().at(0, claim(A)).at(10, beat(A, 0)).at(2500, claim(B)).at(2510, beat(B, 0))
+    a = Journal(A).deliver(2700, 0)
+    b = Journal(B).deliver(2600, 0)
+    result = run("eos", topic(1), [a, b], log, outputs=[(0, 0)])
+    assert kinds(result) == {"without_ownership"}
 
 
 # -- key-shared ---------------------------------------------------------------------------------

@@ -38,10 +38,10 @@ def marshal(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[SecureDevBroker]:
-    """A secure broker with users admin (super user), alice, bob and carol, and `__marshal`
-    (and its index) created by admin; the others have no ACLs until a test grants them
-    some."""
-    secure = SecureDevBroker(users=("alice", "bob", "carol"), heap="512m")
+    """A secure broker with users admin (super user), alice, bob, carol and dave, and
+    `__marshal` (and its index) created by admin; the others have no ACLs until a test grants
+    them some."""
+    secure = SecureDevBroker(users=("alice", "bob", "carol", "dave"), heap="512m")
     secure.start()
     try:
         KafkaLog(KafkaLogConfig(bootstrap_servers=secure.bootstrap_servers,
@@ -250,3 +250,39 @@ def test_a_principal_without_acls_on_the_index_is_told_which_to_grant(
                      "--command-config", str(carol), "--timeout", "10")
     assert result.returncode == 2
     assert one_line(result.stderr) == f"marshal: error: {expected}"
+
+
+def test_an_exactly_once_member_needs_its_transactional_ids_and_is_told_which(
+        broker: SecureDevBroker, data_topic: str) -> None:
+    """Every ACL of a member and WRITE on the output topic, but none on the transactional ids
+    of the group: one line naming the prefix to grant; granted, the copy works."""
+    output = f"copies-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers,
+                             **broker.client_config())
+    try:
+        admin.create_topics({output: {"num_partitions": 2, "replication_factor": 1}},
+                            wait_for_metadata=True)
+    finally:
+        admin.close()
+    group = f"eos-{uuid.uuid4().hex[:8]}"
+    broker.grant("dave", "__marshal", [data_topic], output_topics=[output])
+    dave = str(broker.properties_path("dave"))
+    command = ("consume", "--bootstrap-servers", broker.bootstrap_servers, "--command-config",
+               dave, "--group", group, "--topic", data_topic, "--mode", "eos",
+               "--output-topic", output, "--offset-reset", "earliest", "--heartbeat-interval",
+               str(HI), "--timeout", "10", "--max-records", str(2 * RECORDS))
+    refused = marshal(*command)
+    assert refused.returncode == 2
+    lines = [x for x in refused.stderr.splitlines()
+             if x.strip() and not x.startswith("marshal consume: member ")]
+    assert len(lines) == 1 and "Traceback" not in refused.stderr, refused.stderr
+    partition = "0" if f"/{data_topic}/0'" in lines[0] else "1"  # the first one taken up
+    assert lines[0] == (
+        f"marshal: error: not authorized to use transactional id 'marshal/{group}/"
+        f"{data_topic}/{partition}' as User:dave: grant WRITE and DESCRIBE on TransactionalId "
+        f"'marshal/{group}/' (resource pattern type prefixed) for exactly-once consumers")
+    broker.grant("dave", "__marshal", [data_topic], output_topics=[output],
+                 transactional_group=group)
+    copied = marshal(*command)
+    assert copied.returncode == 0, copied.stderr
+    assert f"copied {2 * RECORDS} records to {output} exactly once" in copied.stderr

@@ -73,6 +73,9 @@ class MemoryTopic:
                          ) -> dict[tuple[str, int], tuple[int, int]]:
         return {(t, p): self.offset_bounds(t, p) for t, p in partitions}
 
+    def end_offsets_of(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        return {(t, p): self.offset_bounds(t, p)[1] for t, p in partitions}
+
     def group_committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:
         return self.kafka_committed.get((group_id, partition))
 

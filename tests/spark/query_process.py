@@ -4,7 +4,11 @@
 leaves half a file).
 
     python -m tests.spark.query_process BOOTSTRAP CTOPIC GROUP TOPIC OUT CHECKPOINT TAG \\
-        [--follow] [--mode alo]
+        [--follow] [--mode alo] [--kafka-output TOPIC]
+
+With ``--kafka-output`` the sink also produces every row to that topic (acks=all), keyed by
+the input record's coordinates ``<topic>/<partition>/<offset>``, before it writes the file:
+the recipe README's Spark section gives for Kafka output.
 """
 
 from __future__ import annotations
@@ -26,13 +30,26 @@ def main() -> None:
     parser.add_argument("--follow", action="store_true")
     parser.add_argument("--mode", default="alo")
     parser.add_argument("--max-per-batch", default="300")
+    parser.add_argument("--kafka-output", default=None)
     args = parser.parse_args()
     spark = local_session(f"query-{args.tag}")
     register(spark)
     out = Path(args.out)
 
+    producer = None
+    if args.kafka_output:
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=args.bootstrap, acks="all",
+                                 enable_idempotence=True)
+
     def sink(batch: Any, batch_id: int) -> None:
         rows = [[r.partition, r.offset] for r in batch.select("partition", "offset").collect()]
+        if producer is not None:
+            for r in batch.select("topic", "partition", "offset", "value").collect():
+                producer.send(args.kafka_output, value=r.value,
+                              key=f"{r.topic}/{r.partition}/{r.offset}".encode())
+            producer.flush(timeout=60)
         tmp = out / f".{args.tag}-{batch_id}.tmp"
         tmp.write_text(json.dumps(rows))
         os.replace(tmp, out / f"{args.tag}-{batch_id:05d}.json")

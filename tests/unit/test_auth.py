@@ -216,13 +216,19 @@ def test_a_replayed_signed_record_far_from_its_own_time_is_rejected() -> None:
         is Verdict.REJECTED
 
 
-def test_a_replayed_heartbeat_moves_no_offset_back_and_refreshes_no_claim() -> None:
+def owner_heartbeat_captured() -> tuple[World, bytes]:
+    """A world where OWNER claimed and heartbeat 5 then 9; the signed heartbeat of 5."""
     w = World()
     assert w.write(ClaimingPartition(now_s(w), *ids(OWNER), "g", "t", 0), K1) \
         is Verdict.CLAIM_WON
     assert w.write(Heartbeat(now_s(w), *ids(OWNER), "g", "t", 0, 5), K1) is Verdict.HEARTBEAT
     captured = w.values[-1]
     assert w.write(Heartbeat(now_s(w), *ids(OWNER), "g", "t", 0, 9), K1) is Verdict.HEARTBEAT
+    return w, captured
+
+
+def test_a_replayed_heartbeat_moves_no_offset_back_and_refreshes_no_claim() -> None:
+    w, captured = owner_heartbeat_captured()
     last_beat = w.clock()
     detail = w.detail(captured)  # within the skew bound: only the number tells it apart
     assert "sequence number 2 is not above 3" in detail and "replayed" in detail
@@ -267,12 +273,7 @@ def test_replays_of_every_kind_of_record_change_nothing() -> None:
 
 
 def test_a_replay_after_a_checkpoint_is_refused_by_a_reader_that_started_there() -> None:
-    w = World()
-    assert w.write(ClaimingPartition(now_s(w), *ids(OWNER), "g", "t", 0), K1) \
-        is Verdict.CLAIM_WON
-    assert w.write(Heartbeat(now_s(w), *ids(OWNER), "g", "t", 0, 5), K1) is Verdict.HEARTBEAT
-    captured = w.values[-1]
-    assert w.write(Heartbeat(now_s(w), *ids(OWNER), "g", "t", 0, 9), K1) is Verdict.HEARTBEAT
+    w, captured = owner_heartbeat_captured()
     assert w.write(Checkpoint(now_s(w), *ids(OWNER), "g", "t", w.r.next_position(0),
                               w.r.snapshot("g", "t")), K1) is Verdict.CHECKPOINT
     assert w.append(captured) is Verdict.REJECTED

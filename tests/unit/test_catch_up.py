@@ -58,3 +58,26 @@ def test_positions_without_records_are_skipped_once_read_past() -> None:
     assert r.next_position(0) == 3
     owner = r.claim("g", "t", 0).owner
     assert owner is not None and owner.client_id == "A"
+
+
+def test_positions_without_records_before_the_end_are_passed_when_records_follow_them() -> None:
+    """The end read at the call lies right after transaction markers, and records appended
+    since come after it (an exactly-once commit's marker, then more records): the fetch
+    returns only records past the end; the reader must stop there, not fetch forever."""
+    log = AwayLog(partitions=1)
+    log.append(0, encode(ClaimingPartition(0, "aaaa0001", "A", "g", "t", 0)))
+    log.append(0, b"marker")  # position 1: a commit marker, the end is 2
+
+    class Later(AwayLog):
+        def fetch(self, starts: Mapping[int, int],
+                  timeout_s: float) -> list[CoordinationRecord]:
+            return [r for r in log.fetch(starts, timeout_s) if r.value != b"marker"]
+
+        def end_position(self, partition: int) -> int:
+            return 2
+
+    log.append(0, encode(ClaimingPartition(0, "bbbb0002", "B", "g", "t", 1)))  # after the end
+    later = Later(partitions=1)
+    r = rationalizer()
+    assert catch_up(later, r, [0], fetch_timeout_s=0.01) == 1
+    assert r.next_position(0) == 2
