@@ -21,14 +21,18 @@ import importlib.util
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import compress
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
+from xxhash import xxh3_64_intdigest
 
 from marshal_py.client.batch_base import PlannedRange
 from marshal_py.client.fetchers import DataFetcher, KafkaPythonFetcher
 from marshal_py.errors import BrokerUnavailableError, ConfigurationError, MarshalError
 from marshal_py.log.kafka_config import KafkaLogConfig
+from marshal_py.protocol.messages import KEY_SLOT_BITS, KEY_SLOTS
 from marshal_py.protocol.ranges import OffsetRange
 from marshal_py.spark.arrow import (
     ARROW_BATCH_RECORDS,
@@ -72,6 +76,7 @@ class _Span:
         self.gaps: list[OffsetRange] = []
         #: every offset below this was handed out or noted as a gap (or is outside the ranges)
         self.accounted = self.start
+        self._filters: dict[int, KeyFilter] = {}
 
     def passed(self, end: int) -> None:
         """The consumer is past ``end - 1``: offsets from :attr:`accounted` up to ``end``
@@ -92,6 +97,13 @@ class _Span:
             else:
                 self.gaps.append((a, b - 1))
 
+    def keys_of(self, r: PlannedRange) -> KeyFilter:
+        """The key filter of a key-shared range of this span (made once)."""
+        found = self._filters.get(id(r))
+        if found is None:
+            found = self._filters[id(r)] = KeyFilter(r)
+        return found
+
     def overlapping(self, first: int, end: int) -> list[PlannedRange]:
         """The ranges holding some offset in [first, end), in order."""
         i = max(0, bisect.bisect_right(self._starts, first) - 1)
@@ -100,6 +112,39 @@ class _Span:
 
     def describe(self) -> str:
         return f"{self.topic}/{self.partition} offsets {self.start}..{self.end - 1}"
+
+
+class KeyFilter:
+    """Key-shared mode: which records of a range its task keeps: those whose key falls in
+    the range's key slots (and, for a slot in ``slot_starts``, from that offset on). The
+    keys' slots are computed for a whole fetch at once (xxh3 in C, then numpy)."""
+
+    def __init__(self, r: PlannedRange) -> None:
+        assert r.slots is not None
+        self.allowed = np.zeros(KEY_SLOTS, dtype=bool)
+        for first, last in r.slots:
+            self.allowed[first:last + 1] = True
+        self.starts: np.ndarray | None = None
+        if r.slot_starts:
+            self.starts = np.zeros(KEY_SLOTS, dtype=np.int64)
+            for slot, offset in r.slot_starts:
+                self.starts[slot] = offset
+
+    def keep(self, records: Sequence[Any], offsets: list[int], shape: RecordShape
+             ) -> tuple[Sequence[Any], list[int]]:
+        """The records (and their offsets) this range delivers."""
+        keys = list(map(shape.key, records))
+        if None in keys:  # records without a key hash like the empty key (PROTOCOL.md 9)
+            keys = [b"" if k is None else k for k in keys]
+        hashes = np.fromiter(map(xxh3_64_intdigest, keys), dtype=np.uint64, count=len(keys))
+        slots = (hashes >> np.uint64(64 - KEY_SLOT_BITS)).astype(np.intp)
+        wanted = self.allowed[slots]
+        if self.starts is not None:
+            wanted &= np.asarray(offsets, dtype=np.int64) >= self.starts[slots]
+        if wanted.all():
+            return records, offsets
+        mask = wanted.tolist()
+        return list(compress(records, mask)), list(compress(offsets, mask))
 
 
 def read_task(task: ReadTask, kafka: KafkaLogConfig, schema: pa.Schema, *,
@@ -265,5 +310,7 @@ def _keep(span: _Span, records: Sequence[Any], shape: RecordShape, columns: Colu
         j = bisect.bisect_left(offsets, r.end) if r.end <= last else len(offsets)
         if i < j:
             whole = i == 0 and j == len(offsets)
-            columns.add(span.topic, span.partition, records if whole else records[i:j],
-                        offsets if whole else offsets[i:j], r.delivery_count)
+            kept, at = (records, offsets) if whole else (records[i:j], offsets[i:j])
+            if r.slots is not None:
+                kept, at = span.keys_of(r).keep(kept, at, shape)
+            columns.add(span.topic, span.partition, kept, at, r.delivery_count)

@@ -31,7 +31,8 @@ from marshal_py.protocol.messages import (
     DEFAULT_LOCK_MS,
 )
 
-SourceMode = Literal["alo", "amo", "share"]
+SourceMode = Literal["alo", "amo", "share", "key-shared"]
+MODES = ("alo", "amo", "share", "key-shared")
 SourceFetcher = Literal["auto", "confluent", "kafka-python"]
 FETCHERS = ("auto", "confluent", "kafka-python")
 
@@ -40,7 +41,7 @@ OPTIONS: dict[str, str] = {
     "bootstrap.servers": "Kafka bootstrap servers (required)",
     "group": "consumer group id (required)",
     "topics": "comma-separated topics to consume (required)",
-    "mode": "alo (default), amo or share",
+    "mode": "alo (default), amo, share or key-shared",
     "client.id": "this query's client id in the group (default spark-<hostname>); keep it "
                  "stable so a restarted query takes its partitions back at once",
     "heartbeat.interval": "seconds (default 10); the same for every member of the group",
@@ -159,8 +160,9 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     if not topics:
         raise ConfigurationError("option 'topics' names no topic; give e.g. 'events' or 'a,b'")
     mode = (get("mode") or "alo").lower()
-    if mode not in ("alo", "amo", "share"):
-        raise ConfigurationError(f"option 'mode' must be alo, amo or share, not {mode!r}")
+    if mode not in MODES:
+        raise ConfigurationError(
+            f"option 'mode' must be alo, amo, share or key-shared, not {mode!r}")
     offset_reset = (get("offset.reset") or "latest").lower()
     if offset_reset not in ("latest", "earliest"):
         raise ConfigurationError(

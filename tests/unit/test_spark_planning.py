@@ -36,7 +36,7 @@ def test_options_defaults_and_parsing() -> None:
 @pytest.mark.parametrize("raw, message", [
     ({"group": "g", "topics": "a"}, "'bootstrap.servers' of the marshal source is required"),
     ({**BASE, "topics": " , "}, "names no topic"),
-    ({**BASE, "mode": "exactly-once"}, "must be alo, amo or share"),
+    ({**BASE, "mode": "exactly-once"}, "must be alo, amo, share or key-shared"),
     ({**BASE, "maxRecordsPerTrigger": "0"}, "'maxRecordsPerTrigger' must be >= 1"),
     ({**BASE, "maxRecordsPerTrigger": "many"}, "must be an integer"),
     ({**BASE, "lock.duration": "7200"}, "between 1 and 3600"),
