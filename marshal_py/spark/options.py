@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
+from marshal_py.auth_keys import load_group_keys
 from marshal_py.client.settings import (
     DEFAULT_ISOLATION_LEVEL,
     ISOLATION_LEVELS,
@@ -25,6 +26,7 @@ from marshal_py.client.settings import (
 from marshal_py.errors import ConfigurationError
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLogConfig
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
+from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.messages import (
     DEFAULT_DELIVERY_LIMIT,
     DEFAULT_INFLIGHT_LIMIT,
@@ -75,6 +77,9 @@ OPTIONS: dict[str, str] = {
     "replay.window": "seconds of coordination log replayed on start (default 7 days)",
     "settle.timeout": "seconds the query waits for its first claims (default 3 heartbeat "
                       "intervals)",
+    "auth.keys": "authenticated groups: the driver's key file (lines 'GROUP KEY_ID SECRET', "
+                 "as marshal --auth-keys); the query verifies the group's records and signs "
+                 "its own; the secret stays on the driver",
 }
 
 
@@ -108,6 +113,30 @@ class SourceOptions:
     settle_timeout_s: float | None = None
     isolation_level: IsolationLevel = DEFAULT_ISOLATION_LEVEL
     kafka_config: Mapping[str, Any] = field(default_factory=dict)
+    #: Option ``auth.keys``: the key file, read on the driver only (the secrets are never
+    #: part of the options Spark ships to executors).
+    auth_keys_file: str | None = None
+
+    @property
+    def signed(self) -> bool:
+        """The group is authenticated (option ``auth.keys``)."""
+        return self.auth_keys_file is not None
+
+    def group_keys(self) -> tuple[GroupKey, ...]:
+        """The group's keys, read from the ``auth.keys`` file now; () without the option.
+        Raises ConfigurationError (one line naming the option and the file) when the file
+        cannot be read or lists no key for the group."""
+        if self.auth_keys_file is None:
+            return ()
+        try:
+            keys = load_group_keys(self.auth_keys_file).get(self.group, ())
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"option 'auth.keys': {exc}") from None
+        if not keys:
+            raise ConfigurationError(
+                f"option 'auth.keys': the key file {self.auth_keys_file} lists no key for "
+                f"group {self.group!r}; add a line '{self.group} KEY_ID SECRET'")
+        return keys
 
     @property
     def log_config(self) -> KafkaLogConfig:
@@ -223,7 +252,9 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
                           else _number(get, "settle.timeout", 0.0, minimum=0)),
         isolation_level=_isolation_level(get, kafka_config),
         kafka_config=kafka_config,
+        auth_keys_file=get("auth.keys") or None,
     )
+    options.group_keys()  # a bad or missing key file fails the query at load
     # Reject kafka.* settings kafka-python does not know, now rather than in every task.
     options.log_config.client_config()
     if fetcher == "confluent":  # and those librdkafka cannot take, or a missing librdkafka
