@@ -228,8 +228,9 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
                      "under client id %s", self.config.group_id, self.config.client_id)
 
     def close(self) -> None:
-        """Release every slot at its cursor (uncommitted records at their own offset, so
-        they come again) and leave the group. Apply pending commits first."""
+        """Release every slot at its cursor (uncommitted records at their own offset, and
+        slots of a micro-batch not complete at the batch's start, so they come again) and
+        leave the group. Apply pending commits first."""
         if self._closed:
             return
         self._closed = True
@@ -260,6 +261,10 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
                 offsets[slot] = holding.cursor[slot]
             for offset, slot in holding.outstanding.items():
                 offsets[slot] = min(offsets.get(slot, offset), offset)
+            # A micro-batch not complete: its slots come again from the batch's start.
+            for start, slots in holding.batches.items():
+                for slot in slots:
+                    offsets[slot] = min(offsets.get(slot, start), start)
             try:
                 self._release(holding, offsets)
             except MarshalError as exc:

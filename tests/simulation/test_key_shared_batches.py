@@ -37,6 +37,21 @@ class BatchWorld(World):
         super().crash(member)
         self.batches[member.client_id] = []
 
+    def close(self, member: Member) -> None:
+        if member.client_id in BATCH_MEMBERS and self.batches[member.client_id]:
+            self.abandon(member)  # a query stopping mid-batch drops the batch
+        super().close(member)
+
+    def abandon(self, member: Member) -> None:
+        """The batches in processing are dropped, not committed (a query whose sink failed,
+        then stopped): their records must come again, re-delivered as a crashed member's
+        are."""
+        assert member.engine is not None
+        self.crashed.add(member.engine.me.instance_id)
+        self.batches[member.client_id] = []
+        member.processing = []
+        self.faults["abandoned"] = self.faults.get("abandoned", 0) + 1
+
     def finish_processing(self, member: Member, share: float = 1.0) -> None:
         if member.client_id not in BATCH_MEMBERS:
             super().finish_processing(member, share)
@@ -104,6 +119,7 @@ def test_batch_members_keep_per_key_order_and_exclusive_slots_through_faults(
     assert not missing, f"{len(missing)} records never processed, e.g. {sorted(missing)[:5]}"
     assert world.settled()
     assert world.faults["crash"] >= 1 and world.faults["restart"] >= 1, world.faults
+    assert world.faults.get("abandoned", 0) >= 1, world.faults
 
 
 def test_a_slot_moves_from_a_batch_member_only_after_its_batch_is_committed() -> None:
@@ -123,3 +139,28 @@ def test_a_slot_moves_from_a_batch_member_only_after_its_batch_is_committed() ->
     assert world.settled()
     assert world.redeliveries == 0
     assert world.deliveries == 300
+
+
+def test_a_batch_member_closed_with_a_batch_not_complete_gives_its_records_back() -> None:
+    world = BatchWorld(5, 1, members=2)
+    batcher, other = world.members
+    world.start(batcher)
+    world.produce(200)
+    while not world.batches[batcher.client_id]:
+        world.step_member(batcher, faults=False)
+        world.clock.advance(100)
+    (_, start, records), *_ = world.batches[batcher.client_id]
+    assert records, "the batch delivered records"
+    world.abandon(batcher)
+    assert batcher.engine is not None
+    batcher.engine.close()
+    batcher.engine = None
+    world.start(other)
+    for _ in range(400):
+        world.step(faults=False, produce=False)
+        if world.settled():
+            break
+    # The other member (or the batcher, restarted) processed the abandoned batch's records.
+    assert world.settled()
+    assert {o for o, _ in records} <= {o for (_, o) in world.processed}
+    assert start <= min(o for o, _ in records)
