@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from operator import attrgetter, itemgetter
+from itertools import repeat
+from operator import attrgetter, is_not, itemgetter
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 #: Records per Arrow batch a task yields.
@@ -95,31 +97,96 @@ class ColumnBuffer:
         n = self.rows
         arrays = {
             "key": (pa.nulls(n, types["key"]) if self.keys.count(None) == n
-                    else pa.array(self.keys, type=types["key"])),
-            "value": pa.array(self.values, type=types["value"]),
-            "topic": self._constant(0, types["topic"]),
+                    else _binary(self.keys, types["key"])),
+            "value": _binary(self.values, types["value"]),
+            "topic": self._constant_text(types["topic"]),
             "partition": self._constant(1, types["partition"]),
-            "offset": pa.array(self.offsets, type=types["offset"]),
-            "timestamp": pa.array(self.timestamps, pa.timestamp("ms", tz="UTC")).cast(
-                types["timestamp"]),
+            "offset": _fixed(np.array(self.offsets, dtype=np.int64), types["offset"]),
+            "timestamp": _timestamps(self.timestamps, types["timestamp"]),
             "headers": _headers(self.headers, n, types["headers"]),
             "delivery_count": self._constant(2, types["delivery_count"]),
         }
         self.clear()
         return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)
 
+    def _counts(self) -> np.ndarray:
+        return np.fromiter((piece[3] for piece in self.slices), dtype=np.int64,
+                           count=len(self.slices))
+
     def _constant(self, field: int, kind: pa.DataType) -> pa.Array:
-        """A column that is one value per kept slice (topic, partition, delivery count)."""
-        pieces = [pa.repeat(pa.scalar(piece[field], kind), piece[3]) for piece in self.slices]
-        return pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
+        """A number column that is one value per kept slice (partition, delivery count)."""
+        values = np.fromiter((piece[field] for piece in self.slices), dtype=np.int64,
+                             count=len(self.slices))
+        return _fixed(np.repeat(values, self._counts()).astype(f"int{kind.bit_width}"), kind)
+
+    def _constant_text(self, kind: pa.DataType) -> pa.Array:
+        """The topic column: one topic per kept slice."""
+        counts = self._counts()
+        names = [str(piece[0]).encode() for piece in self.slices]
+        lengths = np.repeat(np.fromiter(map(len, names), dtype=np.int64, count=len(names)),
+                            counts)
+        data = b"".join(name * int(count) for name, count in zip(names, counts, strict=True))
+        return _from_lengths(kind, lengths, data, None, 0)
+
+
+# pyarrow converts Python objects (pa.array, pa.scalar) only after asking whether they are
+# pandas objects, which imports pandas: a second or more on the first batch of every new
+# Python worker (Spark starts them on first use and stops them after a minute idle). The
+# columns are therefore made from buffers, which never asks.
+
+def _fixed(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """A fixed-width column (ints, timestamps) of ``values`` (already of its width)."""
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+
+
+_PER_MS = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}
+
+
+def _timestamps(ms: list[int], kind: pa.DataType) -> pa.Array:
+    """Milliseconds since the epoch as a column of the schema's timestamp type."""
+    values = np.array(ms, dtype=np.int64)
+    factor = _PER_MS[kind.unit]
+    values = values // 1_000 if factor is None else values * factor
+    return _fixed(values, kind)
+
+
+def _binary(values: list[Any], kind: pa.DataType) -> pa.Array:
+    """A binary (or string: the same layout) column; None is null."""
+    n = len(values)
+    nulls = values.count(None)
+    valid = None
+    if nulls:
+        mask = np.fromiter(map(is_not, values, repeat(None)), dtype=bool, count=n)
+        valid = pa.py_buffer(np.packbits(mask, bitorder="little"))
+        values = [b"" if v is None else v for v in values]
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=n)
+    return _from_lengths(kind, lengths, b"".join(values), valid, nulls)
+
+
+def _from_lengths(kind: pa.DataType, lengths: np.ndarray, data: bytes, valid: Any,
+                  nulls: int) -> pa.Array:
+    width = np.int64 if kind in (pa.large_binary(), pa.large_string()) else np.int32
+    ends = np.zeros(len(lengths) + 1, dtype=width)
+    np.cumsum(lengths, out=ends[1:])
+    return pa.Array.from_buffers(kind, len(lengths),
+                                 [valid, pa.py_buffer(ends), pa.py_buffer(data)],
+                                 null_count=nulls)
 
 
 def _headers(headers: list[Any], n: int, kind: pa.DataType) -> pa.Array:
     """The headers column: a list of {key, value} per record; every record without headers
     (the common case) costs nothing."""
+    entry = kind.value_type
     if headers.count(None) + headers.count([]) == n:
-        return pa.ListArray.from_arrays(
-            pa.array([0] * (n + 1), pa.int32()),
-            pa.array([], type=kind.value_type), type=kind)
-    return pa.array([[{"key": k, "value": v} for k, v in h] if h else [] for h in headers],
-                    type=kind)
+        counts = np.zeros(n, dtype=np.int64)
+        pairs: list[Any] = []
+    else:
+        counts = np.fromiter((len(h) if h else 0 for h in headers), dtype=np.int64, count=n)
+        pairs = [pair for h in headers if h for pair in h]
+    keys = _binary([k.encode() if isinstance(k, str) else k for k, _ in pairs],
+                   entry.field("key").type)
+    values = _binary([v for _, v in pairs], entry.field("value").type)
+    items = pa.StructArray.from_arrays([keys, values], fields=list(entry))
+    ends = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=ends[1:])
+    return pa.ListArray.from_arrays(_fixed(ends, pa.int32()), items, type=kind)
