@@ -47,12 +47,14 @@ then the Spark readers):
   every 0.2 s, per partition the next offset and the time it handed out the record before it,
   so the end is exact, not the polling tick. Records delivered more than once (hand-overs
   in ALO) are counted as duplicates.
-* **Spark** — Structured Streaming in ``local[2]`` (the session started once, before the
-  runs), ``trigger(availableNow=True)``, the ``noop`` sink, so only the source is measured;
-  from ``start()`` to the query's end: ``format("marshal")`` (a fresh group, ALO and AMO)
-  against Spark's own Kafka source ``format("kafka")`` (``spark-sql-kafka-0-10``,
-  ``startingOffsets`` earliest, fetched from Maven Central by Spark's Ivy on first use into
-  ``~/.cache/marshal_py/ivy`` — only Maven Central, see ``ivysettings.xml``).
+* **Spark** — Structured Streaming queries, ``format("marshal")`` in each mode against
+  Spark's own ``format("kafka")`` over the same records (see :mod:`bench.spark_rows`: the
+  readers, their anchors, the warm-up and the order), ``local[2]`` and, with
+  ``BENCH_SPARK_MASTERS=local,cluster``, on a standalone cluster of 2 workers too. Spark's
+  Kafka connector (``spark-sql-kafka-0-10``) is fetched from Maven Central by Spark's Ivy on
+  first use into ``~/.cache/marshal_py/ivy`` — only Maven Central, see ``ivysettings.xml``.
+
+``BENCH_OVERHEAD_ONLY=spark`` (or ``python``) runs only the Spark (or the Python) readers.
 
 One table per process count (readers, records/s, ours / its anchor, duplicates), one for
 Spark. The ratio is ours / the anchor of the same run and shape. Expect to lose: a plain
@@ -79,9 +81,9 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
+from bench import spark_rows
 from bench.harness import BenchContext, BenchError, wait_for
 from bench.report import Measured, Plot, SuiteReport, Table, ratio
 from bench.worker_process import WorkerProcess
@@ -141,20 +143,6 @@ READERS: tuple[ReaderKind, ...] = (
                "confluent", "amo", "poll", "ck"),
 )
 KINDS = {kind.name: kind for kind in READERS}
-SPARK_READERS = ("kafka", "marshal-alo", "marshal-amo")
-#: Spark's Kafka source. pyspark 4.3 runs the 4.2 connector (the newest on Maven Central
-#: when this was written); BENCH_SPARK_KAFKA_VERSION picks another.
-SPARK_KAFKA_VERSION = os.environ.get("BENCH_SPARK_KAFKA_VERSION", "4.2.0")
-IVY_SETTINGS = Path(__file__).resolve().parent / "ivysettings.xml"
-IVY_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "marshal_py" / "ivy"
-
-LABELS = {
-    "kafka": "Spark format(\"kafka\")",
-    "marshal-alo": "Spark format(\"marshal\") ALO",
-    "marshal-amo": "Spark format(\"marshal\") AMO",
-}
-
-
 def records_for(quick: bool) -> int:
     if quick:
         return 5_000
@@ -469,86 +457,63 @@ def run_python(ctx: BenchContext, kind: str, processes: int, topic: str, ends: d
                first_s)
 
 
-def _spark_session() -> Any:
-    from marshal_py.spark import register
-    from marshal_py.spark.session import local_session
-
-    IVY_CACHE.mkdir(parents=True, exist_ok=True)
-    spark = local_session(
-        "marshal-bench-overhead", master="local[2]",
-        **{"spark.jars.packages":
-           f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_KAFKA_VERSION}",
-           "spark.jars.ivy": str(IVY_CACHE), "spark.jars.ivySettings": str(IVY_SETTINGS)})
-    register(spark)
-    return spark
-
-
-def run_spark(ctx: BenchContext, spark: Any, kind: str, topic: str, records: int) -> Run:
-    """One Structured Streaming query over ``topic``: start() to its end."""
-    name = f"bench.overhead.spark.{kind}.{uuid.uuid4().hex[:8]}"
-    reader = spark.readStream
-    if kind == "kafka":
-        reader = (reader.format("kafka").option("kafka.bootstrap.servers", ctx.bootstrap)
-                  .option("subscribe", topic).option("startingOffsets", "earliest"))
-    else:
-        reader = (reader.format("marshal").option("bootstrap.servers", ctx.bootstrap)
-                  .option("group", name).option("topics", topic)
-                  .option("mode", kind.removeprefix("marshal-"))
-                  .option("offset.reset", "earliest").option("heartbeat.interval", str(HI_S)))
-    started = time.perf_counter()
-    query = (reader.load().writeStream.format("noop").trigger(availableNow=True)
-             .option("checkpointLocation", f"/tmp/marshal-bench-{name}").start())
-    finished = query.awaitTermination(timeout=60 + records / 1_000)
-    seconds = time.perf_counter() - started
-    if not finished:
-        query.stop()
-        raise BenchError(f"the Spark {kind} query did not read {records:,} records in "
-                         f"{60 + records / 1_000:.0f} s")
-    if query.exception() is not None:
-        raise BenchError(f"the Spark {kind} query failed: {query.exception()}")
-    rows = sum(p["numInputRows"] for p in query.recentProgress)
-    if rows < records:
-        raise BenchError(f"the Spark {kind} query read {rows:,} of {records:,} records")
-    return Run(seconds, rows, rows - records)
+def run_spark(ctx: BenchContext, masters: list[str], topics: dict[bool, str], warm: str,
+              records: int) -> dict[str, dict[str, list[Run]]]:
+    """Every Spark reader ``ctx.repeat`` times on each master (see :mod:`bench.spark_rows`)."""
+    runs: dict[str, dict[str, list[Run]]] = {}
+    for master in masters:
+        ctx.say(f"starting Spark on {spark_rows.master_label(master)} (the Kafka connector is "
+                "fetched on first use)")
+        began = time.perf_counter()
+        with spark_rows.spark_session(ctx, master) as spark:
+            runs[master] = {r.name: [] for r in spark_rows.SPARK_READERS}
+            ctx.say(f"  started in {time.perf_counter() - began:.0f} s")
+            for i in range(ctx.repeat):
+                spark_rows.warm_up(spark, ctx, warm)
+                for reader in spark_rows.order(i):
+                    ctx.say(f"repetition {i + 1}/{ctx.repeat}: Spark {master} {reader.name}")
+                    began = time.perf_counter()
+                    seconds, rows = spark_rows.run_query(spark, ctx, reader,
+                                                         topics[reader.keyed], records)
+                    result = Run(seconds, rows, rows - records, time.perf_counter() - began)
+                    runs[master][reader.name].append(result)
+                    ctx.say(f"  {records / seconds:,.0f} records/s ({seconds:.2f} s)")
+    return runs
 
 
 def run(ctx: BenchContext) -> SuiteReport:
     if confluent_missing():
         raise BenchError(f"the overhead suite's ck readers need {CONFLUENT_MISSING}")
+    only = os.environ.get("BENCH_OVERHEAD_ONLY", "").strip().lower()
+    if only not in ("", "spark", "python"):
+        raise BenchError(f"BENCH_OVERHEAD_ONLY={only!r}: use spark or python (or leave it "
+                         "unset for both)")
+    masters = spark_rows.masters_wanted() if only != "python" else []
     records = records_for(ctx.quick)
     topic = ctx.create_topic(f"bench-overhead-{ctx.tag()}", PARTITIONS)
     ctx.produce(topic, records, PARTITIONS)
+    topics = {False: topic}
+    warm = ""
+    if masters:
+        topics[True] = ctx.create_topic(f"bench-overhead-keyed-{ctx.tag()}", PARTITIONS)
+        ctx.produce(topics[True], records, PARTITIONS, key=spark_rows.keyed)
+        warm = ctx.create_topic(f"bench-overhead-warm-{ctx.tag()}", PARTITIONS)
+        ctx.produce(warm, spark_rows.WARM_UP_RECORDS, PARTITIONS, key=spark_rows.keyed)
     ends = {p: records // PARTITIONS + (1 if p < records % PARTITIONS else 0)
             for p in range(PARTITIONS)}
     ends = {p: e for p, e in ends.items() if e}
-    python: dict[tuple[str, int], list[Run]] = {(k.name, n): [] for n in PROCESS_COUNTS
-                                                 for k in READERS}
-    spark_runs: dict[str, list[Run]] = {k: [] for k in SPARK_READERS}
-    ctx.say("starting Spark local[2] (the Kafka connector is fetched on first use)")
-    began = time.perf_counter()
-    spark = _spark_session()
-    spark_start_s = time.perf_counter() - began
-    try:
-        for i in range(ctx.repeat):
-            for n in PROCESS_COUNTS:
-                for kind in READERS:
-                    ctx.say(f"repetition {i + 1}/{ctx.repeat}: {kind.name} x {n}")
-                    result = run_python(ctx, kind.name, n, topic, ends, records)
-                    python[(kind.name, n)].append(result)
-                    ctx.say(f"  {records / result.seconds:,.0f} records/s "
-                            f"({result.seconds:.2f} s, run {result.wall_s:.1f} s, "
-                            f"{result.duplicates:,} duplicates)")
-            for spark_kind in SPARK_READERS:
-                ctx.say(f"repetition {i + 1}/{ctx.repeat}: Spark {spark_kind}")
-                began = time.perf_counter()
-                result = run_spark(ctx, spark, spark_kind, topic, records)
-                result.wall_s = time.perf_counter() - began
-                spark_runs[spark_kind].append(result)
+    python: dict[tuple[str, int], list[Run]] = {}
+    for i in range(ctx.repeat if only != "spark" else 0):
+        for n in PROCESS_COUNTS:
+            for kind in READERS:
+                ctx.say(f"repetition {i + 1}/{ctx.repeat}: {kind.name} x {n}")
+                result = run_python(ctx, kind.name, n, topic, ends, records)
+                python.setdefault((kind.name, n), []).append(result)
                 ctx.say(f"  {records / result.seconds:,.0f} records/s "
-                        f"({result.seconds:.2f} s)")
-    finally:
-        spark.stop()
-    return _report(ctx, records, python, spark_runs, spark_start_s)
+                        f"({result.seconds:.2f} s, run {result.wall_s:.1f} s, "
+                        f"{result.duplicates:,} duplicates)")
+    spark_runs = run_spark(ctx, masters, topics, warm, records)
+    return _report(ctx, records, python, spark_runs)
 
 
 def _rates(runs: list[Run], records: int) -> Measured:
@@ -561,8 +526,24 @@ def _steady_rates(runs: list[Run], records: int) -> Measured:
 
 
 def _report(ctx: BenchContext, records: int, python: dict[tuple[str, int], list[Run]],
-            spark_runs: dict[str, list[Run]], spark_start_s: float) -> SuiteReport:
+            spark_runs: dict[str, dict[str, list[Run]]]) -> SuiteReport:
     report = SuiteReport("overhead", ctx.command)
+    if python:
+        _python_tables(ctx, records, python, report)
+    for master, runs in spark_runs.items():
+        _spark_table(ctx, records, master, runs, report)
+    report.raw = {"records": records,
+                  "readers": {k.name: {"label": k.label, "client": k.client, "mode": k.mode,
+                                       "loop": k.loop, "anchor": k.anchor} for k in READERS},
+                  "python": {f"{k}x{n}": [vars(r) for r in runs]
+                             for (k, n), runs in python.items()},
+                  "spark": {master: {name: [vars(r) for r in done] for name, done in runs.items()}
+                            for master, runs in spark_runs.items()}}
+    return report
+
+
+def _python_tables(ctx: BenchContext, records: int, python: dict[tuple[str, int], list[Run]],
+                   report: SuiteReport) -> None:
     for n in PROCESS_COUNTS:
         rates = {k.name: _rates(python[(k.name, n)], records) for k in READERS}
         steady = {k.name: _steady_rates(python[(k.name, n)], records) for k in READERS}
@@ -597,19 +578,6 @@ def _report(ctx: BenchContext, records: int, python: dict[tuple[str, int], list[
              "fetcher) for the ck-* readers, taking what is there or waiting for one message "
              "as our fetcher does. AMO at its defaults (windows of at most 10,000 records "
              "and about 0.1 s)."]))
-    base = _rates(spark_runs["kafka"], records)
-    spark_rows = []
-    for kind_name in SPARK_READERS:
-        spark_rates = _rates(spark_runs[kind_name], records)
-        spark_rows.append([LABELS[kind_name], spark_rates.cell(),
-                           "anchor" if kind_name == "kafka"
-                           else ratio(spark_rates.median, base.median)])
-    report.tables.append(Table(
-        f"Spark source, the same {records:,} records, local[2], availableNow, noop sink",
-        ["reader", "records/s", "ours / format(\"kafka\")"], spark_rows,
-        [f"start() to the query's end (one micro-batch plan per trigger); the session "
-         f"start-up ({spark_start_s:.0f} s, connector fetch included) is outside. Spark's "
-         f"Kafka source is spark-sql-kafka-0-10_2.13:{SPARK_KAFKA_VERSION}."]))
     for client, title in (("kafka-python", "kafka-python fetching"),
                           ("confluent", "librdkafka (confluent-kafka) fetching")):
         kinds = [k for k in READERS if k.client == client]
@@ -618,17 +586,31 @@ def _report(ctx: BenchContext, records: int, python: dict[tuple[str, int], list[
             "records/s", [str(n) for n in PROCESS_COUNTS],
             {k.name: [_rates(python[(k.name, n)], records).median for n in PROCESS_COUNTS]
              for k in kinds}))
+
+
+def _spark_table(ctx: BenchContext, records: int, master: str, runs: dict[str, list[Run]],
+                 report: SuiteReport) -> None:
+    rates = {name: _rates(done, records) for name, done in runs.items()}
+    rows = []
+    for reader in spark_rows.SPARK_READERS:
+        versus = ("anchor" if reader.anchor is None
+                  else ratio(rates[reader.name].median, rates[reader.anchor].median))
+        rows.append([reader.label, rates[reader.name].cell(), reader.anchor or "—", versus])
+    where = spark_rows.master_label(master)
+    report.tables.append(Table(
+        f"Spark source, the same {records:,} records, {where}, availableNow, noop sink "
+        f"(records/s, median (range) of {ctx.repeat})",
+        ["reader", "records/s", "anchor", "ours / anchor"], rows,
+        ["start() to the query's end (joining the group, planning and every batch); the "
+         "session start-up is outside. Every repetition starts with an untimed warm-up "
+         "query of each source (Spark's Python workers up), and the readers' order turns "
+         "by one each repetition. Our executors fetch with librdkafka (option fetcher=auto, "
+         "confluent-kafka installed). Keyed records: 10,000 distinct keys. Spark's Kafka "
+         f"source is spark-sql-kafka-0-10_2.13:{spark_rows.SPARK_KAFKA_VERSION}."]))
     report.plots.append(Plot(
-        "Spark sources: records/s (median)", "bar", "source", "records/s",
-        [LABELS[k] for k in SPARK_READERS],
-        {"records/s": [_rates(spark_runs[k], records).median for k in SPARK_READERS]}))
-    report.raw = {"records": records, "spark_start_s": spark_start_s,
-                  "readers": {k.name: {"label": k.label, "client": k.client, "mode": k.mode,
-                                       "loop": k.loop, "anchor": k.anchor} for k in READERS},
-                  "python": {f"{k}x{n}": [vars(r) for r in runs]
-                             for (k, n), runs in python.items()},
-                  "spark": {k: [vars(r) for r in runs] for k, runs in spark_runs.items()}}
-    return report
+        f"Spark sources, {where}: records/s (median)", "bar", "source", "records/s",
+        [r.name for r in spark_rows.SPARK_READERS],
+        {"records/s": [rates[r.name].median for r in spark_rows.SPARK_READERS]}))
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:

@@ -41,6 +41,11 @@ class PlannedRange:
 
     ``delivery_count`` is 1 in the exclusive modes; in share mode a range holds records of
     one delivery count (a batch may hold several ranges of one partition).
+
+    Key-shared mode: ``slots`` (key slots as inclusive ranges, ascending) says whose records
+    the range delivers: only those whose key hashes into one of them (None: every record).
+    ``slot_starts`` lists (slot, offset) for slots whose records below that offset are not
+    delivered (they were handed out by an earlier batch).
     """
 
     topic: str
@@ -48,6 +53,8 @@ class PlannedRange:
     start: int
     end: int
     delivery_count: int = 1
+    slots: tuple[tuple[int, int], ...] | None = None
+    slot_starts: tuple[tuple[int, int], ...] = ()
 
     @property
     def size(self) -> int:

@@ -10,6 +10,8 @@ completion with :meth:`complete`.
 * Exclusive modes: :class:`ExclusiveBatchMember` plans ``[position, end)`` of the partitions it
   holds. At-least-once commits a range when it is completed; at-most-once confirms each range
   with a ``ClaimingMessages`` before it is planned, and counts it done at once.
+* Key-shared mode: :class:`KeySharedBatchMember` plans, per partition, the range its workers
+  read and the key slots whose records they keep (:mod:`marshal_py.client.key_shared_batch_member`).
 * Share mode: :class:`ShareBatchMember` acquires records (with their delivery counts) under
   locks the background thread keeps renewing, and accepts them when the batch is completed.
   The workers that read a batch write ``gap`` acknowledgements, in the member's name
@@ -33,14 +35,15 @@ from marshal_py.client.batch_base import (
     share_budget,
 )
 from marshal_py.client.engine import MemberEngine
+from marshal_py.client.key_shared_batch_member import KeySharedBatchMember
 from marshal_py.client.share_batch_member import ShareBatchMember
 from marshal_py.client.source import KafkaPartitionSource
 
 if TYPE_CHECKING:
     from marshal_py.client.host import MemberHost
 
-__all__ = ["BatchMember", "ExclusiveBatchMember", "PlannedRange", "ShareBatchMember",
-           "ShareHolder", "share_budget"]
+__all__ = ["BatchMember", "ExclusiveBatchMember", "KeySharedBatchMember", "PlannedRange",
+           "ShareBatchMember", "ShareHolder", "share_budget"]
 
 log = logging.getLogger(__name__)
 
@@ -65,19 +68,36 @@ class ExclusiveBatchMember(BackgroundMember):
     def wait_settled(self, timeout_s: float) -> None:
         """Wait until the first claims are made (and a predecessor's partitions reclaimed).
 
-        A process restarting under the same client id takes its predecessor's partitions back
-        after one heartbeat interval and a quarter; a new member claims within a few steps.
+        Returns as soon as a step has left the member holding its share of every topic (a
+        new member of a quiet group: after the first step, which claims and reads the claims
+        back), else after at most three steps, or once a process restarting under the same
+        client id has its predecessor's partitions back (one heartbeat interval and a
+        quarter).
         """
         hi_s = self.engine.hi / 1000
         deadline = time.monotonic() + timeout_s
-        self.wait_ticks(2, timeout_s)
+        self.wait_ticks(1, timeout_s)
+        steps = 1
         while time.monotonic() < deadline:
             with self._lock:
                 pending = self.engine.reclaim_pending()
-            if not pending:
+                settled = not pending and self._holds_its_share()
+            if settled or (steps >= 3 and not pending):
                 break
             self.wait_ticks(1, min(hi_s, max(0.0, deadline - time.monotonic())))
-        self.wait_ticks(1, max(0.0, deadline - time.monotonic()))
+            steps += 1
+
+    def _holds_its_share(self) -> bool:
+        """True when this member holds its target of every topic (under the lock)."""
+        engine, now = self.engine, self.engine.clock.now_ms()
+        for topic in engine.config.topics:
+            count = self.source.partition_count(topic)
+            if count is None:
+                return False
+            held = sum(1 for t, _ in engine.holdings if t == topic)
+            if held < engine.target(topic, count, now):
+                return False
+        return True
 
     def end_offsets(self) -> dict[TP, int]:
         """End offsets of every partition of the consumed topics, now."""
@@ -191,4 +211,4 @@ class ExclusiveBatchMember(BackgroundMember):
         return True
 
 
-BatchMember = ExclusiveBatchMember | ShareBatchMember
+BatchMember = ExclusiveBatchMember | ShareBatchMember | KeySharedBatchMember

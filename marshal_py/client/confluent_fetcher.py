@@ -161,9 +161,16 @@ class ConfluentFetcher:
 
     kind = "confluent"
 
-    def __init__(self, config: KafkaLogConfig) -> None:
+    def __init__(self, config: KafkaLogConfig, *, messages: bool = False,
+                 overrides: Mapping[str, Any] | None = None) -> None:
+        """``messages``: the records :meth:`poll` returns are the ``confluent_kafka.Message``
+        s themselves (offset ``m.offset()``...), not :class:`ConfluentRecord` s, and a poll
+        takes as many as asked (no cap for the collector's sake): for readers that take the
+        fields of many records at once (``map(Message.value, records)``). ``overrides``:
+        librdkafka properties set over this class's own (e.g. ``queued.min.messages``)."""
         ck = self._ck = confluent_module()
         self._config, self._closed, self._one_topic = config, True, True
+        self._messages = messages
         self._reported: list[Any] = []  # what librdkafka reported through error_cb
         self._positions: dict[TP, int | None] = {}
         #: Partitions whose librdkafka position follows ours (see :meth:`_passed`).
@@ -176,7 +183,7 @@ class ConfluentFetcher:
                  "enable.auto.commit": False,
                  "enable.auto.offset.store": False, "enable.partition.eof": False,
                  "log.connection.close": False, "error_cb": self._reported.append,
-                 "logger": logging.getLogger(f"{__name__}.librdkafka")}
+                 "logger": logging.getLogger(f"{__name__}.librdkafka"), **(overrides or {})}
         try:
             self._consumer = ck.Consumer(props)
         except (ck.KafkaException, ValueError) as exc:
@@ -268,6 +275,18 @@ class ConfluentFetcher:
             return None
         return int(high) if high is not None and high >= 0 else None
 
+    def beginning_offsets(self, partitions: Iterable[TP]) -> dict[TP, int]:
+        """See :meth:`DataFetcher.beginning_offsets`."""
+        found = {}
+        for topic, partition in partitions:
+            try:
+                low, _ = self._consumer.get_watermark_offsets(
+                    self._ck.TopicPartition(topic, partition), timeout=self._config.timeout_s)
+            except self._ck.KafkaException as exc:
+                raise self._error(exc.args[0], topic, partition) from exc
+            found[(topic, partition)] = int(low)
+        return found
+
     def position(self, topic: str, partition: int) -> int | None:
         """See :meth:`DataFetcher.position`."""
         return self._positions.get((topic, partition))
@@ -279,7 +298,7 @@ class ConfluentFetcher:
         record is two GC-tracked objects (it and its Message), and a poll making more runs
         the collector while they live, which promotes them and brings full collections."""
         consume, message = self._consumer.consume, self._ck.Message
-        threshold = gc.get_threshold()[0] if gc.isenabled() else 0
+        threshold = gc.get_threshold()[0] if gc.isenabled() and not self._messages else 0
         if threshold:
             max_records = min(max_records, max(100, (threshold - 100) // 2))
         try:
@@ -310,11 +329,16 @@ class ConfluentFetcher:
             key = (msgs[i].topic(), parts[i])
             if key in self._positions:  # else unassigned meanwhile
                 run = msgs if j - i == n else msgs[i:j]
-                found.setdefault(key, []).extend(map(ConfluentRecord, zip(
-                    repeat(key[0]), repeat(key[1]), map(message.offset, run), run)))
+                if self._messages:
+                    found.setdefault(key, []).extend(run)
+                else:
+                    found.setdefault(key, []).extend(map(ConfluentRecord, zip(
+                        repeat(key[0]), repeat(key[1]), map(message.offset, run), run)))
         batches = []
         for (topic, partition), records in found.items():
-            self._positions[(topic, partition)] = end = records[-1][2] + 1
+            last = records[-1]
+            self._positions[(topic, partition)] = end = (
+                last.offset() if self._messages else last[2]) + 1
             batches.append(FetchedBatch(topic, partition, records, end))
         self._trusted.update(found)
         if n < max_records:

@@ -83,6 +83,10 @@ class DataFetcher(Protocol):
         """The partition's end as the last fetch response gave it (no request); None when
         not known."""
 
+    def beginning_offsets(self, partitions: Iterable[TP]) -> dict[TP, int]:
+        """Each partition's first offset (its log start: what retention has not deleted),
+        asked of the brokers now; BrokerUnavailableError when they do not answer."""
+
     def poll(self, timeout_s: float, max_records: int) -> list[FetchedBatch]:
         """Up to ``max_records`` records, waiting up to ``timeout_s`` for the first. Failures
         are MarshalErrors: BrokerUnavailableError, or a ConfigurationError for refused
@@ -267,11 +271,25 @@ class KafkaPythonFetcher:
         value = self._consumer.highwater(TopicPartition(topic, partition))
         return None if value is None else int(value)
 
+    def beginning_offsets(self, partitions: Iterable[TP]) -> dict[TP, int]:
+        """See :meth:`DataFetcher.beginning_offsets`."""
+        wanted = [TopicPartition(t, p) for t, p in partitions]
+        try:
+            found = self._consumer.beginning_offsets(wanted)
+        except KafkaError as exc:
+            raise data_topic_error(self._config, exc, f"listing the first offsets of "
+                                   f"{_names(wanted)} failed: {exc}") from exc
+        return {(tp.topic, tp.partition): int(offset) for tp, offset in found.items()}
+
     def close(self) -> None:
         """See :meth:`DataFetcher.close`."""
         if not self._closed:
             self._closed = True
             self._consumer.close()
+
+
+def _names(partitions: Iterable[TopicPartition]) -> str:
+    return ", ".join(f"{tp.topic}/{tp.partition}" for tp in partitions)
 
 
 def require_confluent() -> None:

@@ -124,6 +124,9 @@ class SlotHolding:
     epoch: int = 0
     #: Handed out, not yet committed: offset -> slot.
     outstanding: dict[int, int] = field(default_factory=dict)
+    #: Micro-batch members: ranges handed out at once, not yet committed: start offset ->
+    #: the slots whose records they deliver (each counted once in ``per_slot``).
+    batches: dict[int, set[int]] = field(default_factory=dict)
     per_slot: Counter[int] = field(default_factory=Counter)
     #: Broker time of our last claim or heartbeat seen applied in the log, plus one HI.
     lease_until_ms: int = 0
@@ -160,6 +163,8 @@ class SlotHolding:
         floor = min(self.effective(s) for s in self.owned)
         if self.outstanding:
             floor = min(floor, min(self.outstanding))
+        if self.batches:
+            floor = min(floor, min(self.batches))
         return floor
 
     def drop(self, slots: Iterable[int]) -> None:
@@ -174,6 +179,10 @@ class SlotHolding:
             self.per_slot.pop(slot, None)
         for offset in [o for o, s in self.outstanding.items() if s in gone]:
             del self.outstanding[offset]
+        for start, slots in list(self.batches.items()):
+            slots -= gone
+            if not slots:
+                del self.batches[start]
 
 
 def _distinct(owners: list[Owner | None]) -> list[Owner]:
@@ -219,8 +228,9 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
                      "under client id %s", self.config.group_id, self.config.client_id)
 
     def close(self) -> None:
-        """Release every slot at its cursor (uncommitted records at their own offset, so
-        they come again) and leave the group. Apply pending commits first."""
+        """Release every slot at its cursor (uncommitted records at their own offset, and
+        slots of a micro-batch not complete at the batch's start, so they come again) and
+        leave the group. Apply pending commits first."""
         if self._closed:
             return
         self._closed = True
@@ -251,6 +261,10 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
                 offsets[slot] = holding.cursor[slot]
             for offset, slot in holding.outstanding.items():
                 offsets[slot] = min(offsets.get(slot, offset), offset)
+            # A micro-batch not complete: its slots come again from the batch's start.
+            for start, slots in holding.batches.items():
+                for slot in slots:
+                    offsets[slot] = min(offsets.get(slot, start), start)
             try:
                 self._release(holding, offsets)
             except MarshalError as exc:
@@ -556,6 +570,47 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
             holding.per_slot[slot] = left
         else:
             del holding.per_slot[slot]
+        return True
+
+    # -- micro-batch members --------------------------------------------------------------------
+
+    def hand_out_range(self, topic: str, partition: int, end: int
+                       ) -> tuple[int, frozenset[int], dict[int, int]] | None:
+        """Hand out at once every record of this member's active slots of a partition from
+        the scan position up to ``end`` (exclusive), for a micro-batch whose workers read the
+        range and keep the records of these slots. Returns (start, slots, starts): a slot in
+        ``starts`` delivers only from that offset on (records below it were handed out
+        before). None when nothing may be handed out: no active slot, the lease lapsed, or
+        nothing below ``end``. Report the batch processed with :meth:`commit_range`; until
+        then its slots are not released and the heartbeats commit no further than its
+        start."""
+        holding = self.holdings.get((topic, partition))
+        if (holding is None or not holding.active or holding.scan is None
+                or holding.scan >= end or self.clock.now_ms() >= holding.lease_until_ms):
+            return None
+        start = holding.scan
+        slots = frozenset(holding.active)
+        starts = {s: holding.cursor[s] for s in slots if holding.cursor[s] > start}
+        for slot in slots:
+            holding.cursor[slot] = max(holding.cursor[slot], end)
+            holding.per_slot[slot] += 1
+        holding.scan = end
+        holding.batches.setdefault(start, set()).update(slots)
+        return start, slots, starts
+
+    def commit_range(self, topic: str, partition: int, start: int) -> bool:
+        """The micro-batch range of a partition handed out from ``start`` is processed. False
+        if no such range is outstanding (its slots were lost meanwhile)."""
+        holding = self.holdings.get((topic, partition))
+        slots = None if holding is None else holding.batches.pop(start, None)
+        if holding is None or slots is None:
+            return False
+        for slot in slots:
+            left = holding.per_slot[slot] - 1
+            if left > 0:
+                holding.per_slot[slot] = left
+            else:
+                holding.per_slot.pop(slot, None)
         return True
 
     def may_deliver(self, topic: str, partition: int, slot: int) -> bool:

@@ -14,6 +14,7 @@ from typing import Any, Literal, overload
 from marshal_py.client.batch_member import (
     BatchMember,
     ExclusiveBatchMember,
+    KeySharedBatchMember,
     ShareBatchMember,
 )
 from marshal_py.client.channel import DEFAULT_CHECKPOINT_INTERVAL_MS
@@ -389,7 +390,7 @@ class Marshaler:
     def batch_member(
         self,
         topics: Iterable[str],
-        mode: Mode | Literal["share"] = "alo",
+        mode: Mode | Literal["share", "key-shared"] = "alo",
         *,
         offset_reset: OffsetReset = "latest",
         balance: Balance = "fair",
@@ -411,16 +412,19 @@ class Marshaler:
         under ``"read_committed"``) and :attr:`BatchMember.isolation_level` tells the
         workers how to read them. ``max_poll_interval`` (share mode; seconds, default None:
         no bound): a batch not completed that long after it was planned gives its records
-        back to the group, with their delivery counts.
+        back to the group, with their delivery counts. ``"key-shared"``: the member owns key
+        slots and plans whole ranges whose workers keep the records of its slots
+        (:class:`KeySharedBatchMember`).
         """
         if self._closed:
             raise ConfigurationError("this Marshaler is closed")
         if self._consumer is not None:
             raise ConfigurationError("this Marshaler already has an open consumer; close it "
                                      "first or use another Marshaler")
-        if mode not in ("alo", "amo", "share"):
+        if mode not in ("alo", "amo", "share", "key-shared"):
             raise ConfigurationError(
-                f"mode must be one of 'alo', 'amo', 'share' for a batch member, not {mode!r}")
+                "mode must be one of 'alo', 'amo', 'share', 'key-shared' for a batch member, "
+                f"not {mode!r}")
         if self.config.compat is not None:
             raise ConfigurationError(f"compat={self.config.compat!r} has no batch members "
                                      "(use a consumer)")
@@ -434,7 +438,11 @@ class Marshaler:
             raise ConfigurationError("max_poll_interval of a batch member applies to share mode "
                                      "only (README, Spark)")
         member: BatchMember
-        if mode == "share":
+        if mode == "key-shared":
+            keyed, source = self._key_shared_engine(wanted, offset_reset, data,
+                                                    DEFAULT_MAX_POLL_INTERVAL_MS)
+            member = KeySharedBatchMember(self._host, keyed, source, self._tick_s)
+        elif mode == "share":
             share, source = self._share_engine(wanted, offset_reset, lock_duration,
                                                delivery_limit, inflight_limit, 500,
                                                start_time, None, data)

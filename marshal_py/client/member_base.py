@@ -300,7 +300,8 @@ class GroupMember(Generic[ConfigT]):
                 raise ConfigurationError(
                     f"group {group!r} is authenticated (its coordination records are signed) "
                     "but this member has no key; pass the group's keys "
-                    "(Marshaler(auth_keys=...), marshal ... --auth-keys FILE)")
+                    "(Marshaler(auth_keys=...), marshal ... --auth-keys FILE, the Spark "
+                    "source's option auth.keys)")
             return
         upgrade = ("the versions cannot share an authenticated group: stop every member of "
                    "the group, upgrade them all, then start them (PROTOCOL.md, "

@@ -10,6 +10,10 @@ itself, as the holder (:class:`~marshal_py.client.batch_member.ShareHolder`, shi
 task), once it has read its ranges: one record per partition, its offsets as ranges. The
 driver reads them back before it accepts the batch (PROTOCOL.md §7.1).
 
+Not in authenticated groups (option ``auth.keys``): a signed record carries its writer's
+sequence number, which only the driver's process keeps, so there the tasks write nothing and
+the driver accepts those offsets with the batch (PROTOCOL.md §7.1).
+
 This is safe to repeat and to lose. A gap is a property of the partition, not of a reading:
 a retried or speculative task finds the same offsets empty, and its second acknowledgement
 is ignored (the offsets are no longer held). One that lands after the driver released or

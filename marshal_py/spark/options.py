@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
+from marshal_py.auth_keys import load_group_keys
 from marshal_py.client.settings import (
     DEFAULT_ISOLATION_LEVEL,
     ISOLATION_LEVELS,
@@ -25,20 +26,24 @@ from marshal_py.client.settings import (
 from marshal_py.errors import ConfigurationError
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLogConfig
 from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
+from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.messages import (
     DEFAULT_DELIVERY_LIMIT,
     DEFAULT_INFLIGHT_LIMIT,
     DEFAULT_LOCK_MS,
 )
 
-SourceMode = Literal["alo", "amo", "share"]
+SourceMode = Literal["alo", "amo", "share", "key-shared"]
+MODES = ("alo", "amo", "share", "key-shared")
+SourceFetcher = Literal["auto", "confluent", "kafka-python"]
+FETCHERS = ("auto", "confluent", "kafka-python")
 
 #: option name -> what it means (the README table is built from the same words)
 OPTIONS: dict[str, str] = {
     "bootstrap.servers": "Kafka bootstrap servers (required)",
     "group": "consumer group id (required)",
     "topics": "comma-separated topics to consume (required)",
-    "mode": "alo (default), amo or share",
+    "mode": "alo (default), amo, share or key-shared",
     "client.id": "this query's client id in the group (default spark-<hostname>); keep it "
                  "stable so a restarted query takes its partitions back at once",
     "heartbeat.interval": "seconds (default 10); the same for every member of the group",
@@ -61,6 +66,8 @@ OPTIONS: dict[str, str] = {
     "failOnDataLoss": "true (default): fail when planned records were deleted by retention "
                       "before they were read; false: skip them with a warning",
     "fetch.timeout": "seconds a task waits for records it was planned to read (default 60)",
+    "fetcher": "how executors fetch records: auto (default: librdkafka when confluent-kafka is "
+               "installed on the executor, else kafka-python), confluent or kafka-python",
     "isolation.level": "read_committed (default; kafka.isolation_level when set) or "
                        "read_uncommitted: whether records of aborted transactions are read; "
                        "under read_committed batches end at the last stable offset",
@@ -70,6 +77,9 @@ OPTIONS: dict[str, str] = {
     "replay.window": "seconds of coordination log replayed on start (default 7 days)",
     "settle.timeout": "seconds the query waits for its first claims (default 3 heartbeat "
                       "intervals)",
+    "auth.keys": "authenticated groups: the driver's key file (lines 'GROUP KEY_ID SECRET', "
+                 "as marshal --auth-keys); the query verifies the group's records and signs "
+                 "its own; the secret stays on the driver",
 }
 
 
@@ -96,12 +106,37 @@ class SourceOptions:
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     fetch_timeout_s: float = 60.0
+    fetcher: SourceFetcher = "auto"
     coordination_topic: str = DEFAULT_COORDINATION_TOPIC
     coordination_index_topic: str | None = None
     replay_window_s: float = DEFAULT_REPLAY_WINDOW_MS / 1000
     settle_timeout_s: float | None = None
     isolation_level: IsolationLevel = DEFAULT_ISOLATION_LEVEL
     kafka_config: Mapping[str, Any] = field(default_factory=dict)
+    #: Option ``auth.keys``: the key file, read on the driver only (the secrets are never
+    #: part of the options Spark ships to executors).
+    auth_keys_file: str | None = None
+
+    @property
+    def signed(self) -> bool:
+        """The group is authenticated (option ``auth.keys``)."""
+        return self.auth_keys_file is not None
+
+    def group_keys(self) -> tuple[GroupKey, ...]:
+        """The group's keys, read from the ``auth.keys`` file now; () without the option.
+        Raises ConfigurationError (one line naming the option and the file) when the file
+        cannot be read or lists no key for the group."""
+        if self.auth_keys_file is None:
+            return ()
+        try:
+            keys = load_group_keys(self.auth_keys_file).get(self.group, ())
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"option 'auth.keys': {exc}") from None
+        if not keys:
+            raise ConfigurationError(
+                f"option 'auth.keys': the key file {self.auth_keys_file} lists no key for "
+                f"group {self.group!r}; add a line '{self.group} KEY_ID SECRET'")
+        return keys
 
     @property
     def log_config(self) -> KafkaLogConfig:
@@ -154,8 +189,9 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     if not topics:
         raise ConfigurationError("option 'topics' names no topic; give e.g. 'events' or 'a,b'")
     mode = (get("mode") or "alo").lower()
-    if mode not in ("alo", "amo", "share"):
-        raise ConfigurationError(f"option 'mode' must be alo, amo or share, not {mode!r}")
+    if mode not in MODES:
+        raise ConfigurationError(
+            f"option 'mode' must be alo, amo, share or key-shared, not {mode!r}")
     offset_reset = (get("offset.reset") or "latest").lower()
     if offset_reset not in ("latest", "earliest"):
         raise ConfigurationError(
@@ -168,6 +204,10 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         raise ConfigurationError(
             "option 'max.poll.interval' applies to mode share only: in alo and amo a "
             "micro-batch holds partitions, not records (see README, Spark)")
+    fetcher = (get("fetcher") or "auto").lower()
+    if fetcher not in FETCHERS:
+        raise ConfigurationError(
+            f"option 'fetcher' must be auto, confluent or kafka-python, not {fetcher!r}")
     start_time = None
     if (text := get("start.datetime")) is not None:
         try:
@@ -203,6 +243,7 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         min_partitions=_integer(get, "minPartitions", None, minimum=1),
         fail_on_data_loss=_boolean(get, "failOnDataLoss", True),
         fetch_timeout_s=_number(get, "fetch.timeout", 60.0, minimum=0.1),
+        fetcher=fetcher,  # type: ignore[arg-type]
         coordination_topic=get("coordination.topic") or DEFAULT_COORDINATION_TOPIC,
         coordination_index_topic=get("coordination.index.topic") or None,
         replay_window_s=_number(get, "replay.window", DEFAULT_REPLAY_WINDOW_MS / 1000,
@@ -211,9 +252,18 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
                           else _number(get, "settle.timeout", 0.0, minimum=0)),
         isolation_level=_isolation_level(get, kafka_config),
         kafka_config=kafka_config,
+        auth_keys_file=get("auth.keys") or None,
     )
+    options.group_keys()  # a bad or missing key file fails the query at load
     # Reject kafka.* settings kafka-python does not know, now rather than in every task.
     options.log_config.client_config()
+    if fetcher == "confluent":  # and those librdkafka cannot take, or a missing librdkafka
+        from marshal_py.spark.fetch import confluent_problem
+
+        why = confluent_problem(options.data_config)
+        if why is not None:
+            raise ConfigurationError(f"option fetcher=confluent: {why}; use fetcher=auto or "
+                                     "kafka-python instead")
     return options
 
 

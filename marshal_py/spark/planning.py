@@ -7,7 +7,9 @@ hands it back to us on restart. Ours (:class:`BatchOffset`) is self-describing:
 "ranges": [["events", 0, 100, 120, 1]]}``
 
 * ``ranges``: exactly what the batch reads: ``[topic, partition, start, end, delivery count]``
-  (``end`` exclusive). A re-run of the batch after a crash reads from this, never from a
+  (``end`` exclusive); in key-shared mode two more items, the key slots whose records the
+  range delivers (range text, ``"0-511"``) and ``{slot: offset}`` for slots delivered only
+  from that offset on. A re-run of the batch after a crash reads from this, never from a
   recomputation.
 * ``next``: for every partition this query has read, the offset after the last record of it
   that a batch planned (exclusive modes). When ``latestOffset(start)`` is called, every batch
@@ -25,6 +27,7 @@ from typing import Any
 
 from marshal_py.client.batch_member import PlannedRange, ShareHolder
 from marshal_py.errors import MarshalError
+from marshal_py.protocol.ranges import format_ranges, parse_ranges, ranges_of
 
 OFFSET_VERSION = 1
 TP = tuple[str, int]
@@ -58,8 +61,7 @@ class BatchOffset:
             "planner": self.planner,
             "batch": self.batch,
             "next": nested,
-            "ranges": [[r.topic, r.partition, r.start, r.end, r.delivery_count]
-                       for r in self.ranges],
+            "ranges": [_range_json(r) for r in self.ranges],
         }
 
     @classmethod
@@ -75,12 +77,11 @@ class BatchOffset:
             nexts = {(str(topic), int(p)): int(o)
                      for topic, parts in dict(data["next"]).items()
                      for p, o in dict(parts).items()}
-            ranges = tuple(PlannedRange(str(t), int(p), int(s), int(e), int(c))
-                           for t, p, s, e, c in data["ranges"])
+            ranges = tuple(_range_of(item) for item in data["ranges"])
             return cls(str(data["planner"]), int(data["batch"]), nexts, ranges)
         except OffsetFormatError:
             raise
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, MarshalError) as exc:
             raise OffsetFormatError(
                 f"checkpointed offset {dict(data)!r} is not a marshal source offset ({exc}); "
                 "was the checkpoint written by another source? Use a new checkpoint location"
@@ -95,6 +96,25 @@ class BatchOffset:
             key = (r.topic, r.partition)
             nexts[key] = max(nexts.get(key, 0), r.end)
         return BatchOffset(planner, batch, nexts, planned)
+
+
+def _range_json(r: PlannedRange) -> list[Any]:
+    item: list[Any] = [r.topic, r.partition, r.start, r.end, r.delivery_count]
+    if r.slots is not None:
+        item += [format_ranges(r.slots), {str(s): o for s, o in r.slot_starts}]
+    return item
+
+
+def _range_of(item: Any) -> PlannedRange:
+    topic, partition, start, end, count, *keyed = item
+    slots: tuple[tuple[int, int], ...] | None = None
+    starts: tuple[tuple[int, int], ...] = ()
+    if keyed:
+        text, froms = keyed
+        slots = parse_ranges(str(text))
+        starts = tuple(sorted((int(s), int(o)) for s, o in dict(froms).items()))
+    return PlannedRange(str(topic), int(partition), int(start), int(end), int(count), slots,
+                        starts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +139,13 @@ def split_ranges(ranges: Iterable[PlannedRange], max_per_task: int,
                  min_tasks: int | None = None) -> list[ReadTask]:
     """Plan tasks of at most ``max_per_task`` offsets: ranges larger than that are cut evenly,
     smaller ones share tasks (first fit, largest first). With ``min_tasks``, the limit drops so
-    that there are at least about that many. Deterministic; never an empty task."""
+    that there are at least about that many. Deterministic; never an empty task.
+
+    Key-shared ranges (with ``slots``) are cut by key slots, not by offsets: each piece reads
+    the whole range and keeps the records of its share of the slots, so that the records of
+    one key are all read by one task, in offset order; two pieces of one partition never
+    share a task.
+    """
     planned = [r for r in ranges if r.end > r.start]
     total = sum(r.size for r in planned)
     if total == 0:
@@ -130,18 +156,22 @@ def split_ranges(ranges: Iterable[PlannedRange], max_per_task: int,
     pieces = []
     for r in planned:
         count = -(-r.size // limit)
+        if r.slots is not None:
+            pieces += _slot_pieces(r, count)
+            continue
         base, extra = divmod(r.size, count)
         start = r.start
         for i in range(count):
             end = start + base + (1 if i < extra else 0)
             pieces.append(PlannedRange(r.topic, r.partition, start, end, r.delivery_count))
             start = end
-    pieces.sort(key=lambda r: (-r.size, r.topic, r.partition, r.start))
+    pieces.sort(key=lambda r: (-r.size, r.topic, r.partition, r.start, r.slots or ()))
     bins: list[list[PlannedRange]] = []
     room: list[int] = []
     for piece in pieces:
         for i, left in enumerate(room):
-            if piece.size <= left:
+            if piece.size <= left and not (piece.slots is not None and any(
+                    (r.topic, r.partition) == (piece.topic, piece.partition) for r in bins[i])):
                 bins[i].append(piece)
                 room[i] -= piece.size
                 break
@@ -150,3 +180,21 @@ def split_ranges(ranges: Iterable[PlannedRange], max_per_task: int,
             room.append(limit - piece.size)
     return [ReadTask(tuple(sorted(b, key=lambda r: (r.topic, r.partition, r.start))))
             for b in bins]
+
+
+def _slot_pieces(r: PlannedRange, count: int) -> list[PlannedRange]:
+    """``r`` cut into at most ``count`` ranges over the same offsets, each with about as many
+    of its key slots."""
+    assert r.slots is not None
+    slots = [s for first, last in r.slots for s in range(first, last + 1)]
+    count = max(1, min(count, len(slots)))
+    base, extra = divmod(len(slots), count)
+    pieces, at = [], 0
+    for i in range(count):
+        mine = slots[at:at + base + (1 if i < extra else 0)]
+        at += len(mine)
+        chosen = set(mine)
+        pieces.append(PlannedRange(
+            r.topic, r.partition, r.start, r.end, r.delivery_count, ranges_of(mine),
+            tuple((s, o) for s, o in r.slot_starts if s in chosen)))
+    return pieces

@@ -13,9 +13,10 @@ The life of a micro-batch:
 2. ``partitions(start, end)``: the ranges of ``end`` cut into tasks. A batch planned by an
    earlier process (a restart re-running an interrupted batch) is reconciled with the
    coordination log first.
-3. ``read(task)`` on an executor: exactly that range, with kafka-python. In share mode the
-   task then writes ``gap`` acknowledgements, in the member's name, for offsets of its ranges
-   that held no record (:mod:`marshal_py.spark.gaps`).
+3. ``read(task)`` on an executor: exactly that range (librdkafka or kafka-python). In share
+   mode the task then writes ``gap`` acknowledgements, in the member's name, for offsets of
+   its ranges that held no record (:mod:`marshal_py.spark.gaps`); not in authenticated groups
+   (option ``auth.keys``), whose records only the driver writes and signs.
 4. ``commit(end)``: complete (also done by the next ``latestOffset``, whichever comes first);
    share mode accepts what is still held after reading the tasks' gaps back.
 """
@@ -96,7 +97,7 @@ class MarshalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             bootstrap_servers=o.bootstrap_servers, group_id=o.group, client_id=o.client_id,
             heartbeat_interval=o.heartbeat_interval_s, coordination_topic=o.coordination_topic,
             replay_window=o.replay_window_s, kafka_config=o.kafka_config,
-            index_topic=o.coordination_index_topic)
+            index_topic=o.coordination_index_topic, auth_keys=o.group_keys())
         try:
             member = marshaler.batch_member(
                 o.topics, o.mode, offset_reset=o.offset_reset, balance=o.balance,
@@ -163,7 +164,9 @@ class MarshalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ranges = self._rerun(member, BatchOffset.from_json(start), last)
             tasks = split_ranges(ranges, self.options.max_records_per_partition,
                                  self.options.min_partitions)
-            if isinstance(member, ShareBatchMember):
+            if isinstance(member, ShareBatchMember) and not self.options.signed:
+                # Workers write their gaps in the driver's name, unsigned groups only
+                # (PROTOCOL.md 7.1): a signed group's driver accepts them with the batch.
                 holder = member.holder
                 tasks = [dataclasses.replace(t, holder=holder) for t in tasks]
             return [MarshalInputPartition(t) for t in tasks]
@@ -194,6 +197,7 @@ class MarshalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         on_gaps = (None if task.holder is None
                    else functools.partial(write_gaps, task.holder, self.options.log_config))
         return read_task(task, self.options.data_config, arrow_schema,
+                         fetcher=self.options.fetcher,
                          fail_on_data_loss=self.options.fail_on_data_loss,
                          timeout_s=self.options.fetch_timeout_s, on_gaps=on_gaps)
 

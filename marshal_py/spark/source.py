@@ -7,7 +7,7 @@
     events = (spark.readStream.format("marshal")
               .option("bootstrap.servers", "127.0.0.1:9092")
               .option("group", "orders.etl").option("topics", "orders")
-              .option("mode", "alo")            # or "amo", "share"
+              .option("mode", "alo")            # or "amo", "share", "key-shared"
               .load())
 
 The query is one member of the group, side by side with Python consumers of the same group:

@@ -1,4 +1,8 @@
-"""What one Spark task reads (marshal_py.spark.fetch), on the real broker, without Spark."""
+"""What one Spark task reads (marshal_py.spark.fetch), on the real broker, without Spark.
+
+Every test runs with both fetchers (librdkafka and kafka-python): they must produce the same
+rows and the same gaps.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
-from kafka import KafkaAdminClient, TopicPartition
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from marshal_py.client.batch_member import PlannedRange, ShareHolder
@@ -22,6 +26,12 @@ from tests.integration.consumer_support import Producer, create_topic
 pytestmark = pytest.mark.integration
 
 ARROW = to_arrow_schema(SCHEMA, timezone="UTC")
+FETCHERS = ("confluent", "kafka-python")
+
+
+@pytest.fixture(params=FETCHERS)
+def fetcher(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture
@@ -37,15 +47,18 @@ def topic(kafka_bootstrap: str, unique_name: str) -> Iterator[str]:
 def rows(task: ReadTask, bootstrap: str, **kwargs: object) -> list[dict[str, object]]:
     batches = list(read_task(task, KafkaLogConfig(bootstrap_servers=bootstrap), ARROW,
                              **kwargs))  # type: ignore[arg-type]
+    assert all(b.num_rows for b in batches)
     assert all(b.schema.equals(ARROW) for b in batches)
     return pa.Table.from_batches(batches, schema=ARROW).to_pylist()
 
 
 def test_a_task_reads_exactly_its_ranges_with_their_delivery_counts(
-        kafka_bootstrap: str, topic: str) -> None:
+        kafka_bootstrap: str, topic: str, fetcher: str) -> None:
     task = ReadTask((PlannedRange(topic, 0, 5, 10, 1), PlannedRange(topic, 0, 20, 23, 3),
                      PlannedRange(topic, 1, 0, 4)))
-    got = rows(task, kafka_bootstrap)
+    # Each partition's rows in offset order; the partitions' rows may interleave.
+    got = sorted(rows(task, kafka_bootstrap, fetcher=fetcher),
+                 key=lambda r: r["partition"])  # type: ignore[arg-type, return-value]
     assert [(r["partition"], r["offset"], r["delivery_count"]) for r in got] == (
         [(0, o, 1) for o in range(5, 10)] + [(0, o, 3) for o in range(20, 23)]
         + [(1, o, 1) for o in range(4)])
@@ -57,7 +70,7 @@ def test_a_task_reads_exactly_its_ranges_with_their_delivery_counts(
 
 
 def test_records_deleted_before_the_task_ran_fail_the_task_or_are_skipped(
-        kafka_bootstrap: str, topic: str) -> None:
+        kafka_bootstrap: str, topic: str, fetcher: str) -> None:
     admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
     try:
         admin.delete_records({TopicPartition(topic, 0): 50})
@@ -65,12 +78,39 @@ def test_records_deleted_before_the_task_ran_fail_the_task_or_are_skipped(
         admin.close()
     task = ReadTask((PlannedRange(topic, 0, 10, 80),))
     with pytest.raises(DataLossError, match=r"offsets 10\.\.49 were deleted by retention"):
-        rows(task, kafka_bootstrap)
+        rows(task, kafka_bootstrap, fetcher=fetcher)
     reported: list[object] = []
-    got = rows(task, kafka_bootstrap, fail_on_data_loss=False, on_gaps=reported.append)
+    got = rows(task, kafka_bootstrap, fail_on_data_loss=False, on_gaps=reported.append,
+               fetcher=fetcher)
     assert [r["offset"] for r in got] == list(range(50, 80))
     # The deleted offsets hold no record any more: gaps (share mode archives them undelivered).
     assert reported == [{(topic, 0): [(10, 49)]}]
+
+
+def test_a_task_reads_headers_and_timestamps_and_batches_of_at_most_10000_rows(
+        kafka_bootstrap: str, unique_name: str, fetcher: str) -> None:
+    """Records with and without headers side by side; a range larger than one Arrow batch
+    comes as several, in offset order, each within the limit."""
+    create_topic(kafka_bootstrap, unique_name, partitions=1)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=20)
+    for i in range(25_000):
+        headers = [("h", f"{i}".encode()), ("empty", b"")] if i % 7 == 0 else None
+        producer.send(unique_name, key=None if i % 2 else f"k{i}".encode(), value=b"v",
+                      partition=0, headers=headers, timestamp_ms=1_700_000_000_000 + i)
+    producer.flush()
+    producer.close()
+    batches = list(read_task(ReadTask((PlannedRange(unique_name, 0, 0, 25_000),)),
+                             KafkaLogConfig(bootstrap_servers=kafka_bootstrap), ARROW,
+                             fetcher=fetcher))  # type: ignore[arg-type]
+    assert max(b.num_rows for b in batches) <= 10_000
+    got = pa.Table.from_batches(batches, schema=ARROW).to_pylist()
+    assert [r["offset"] for r in got] == list(range(25_000))
+    for r in (got[0], got[1], got[7], got[24_997]):
+        i = r["offset"]
+        assert r["key"] == (None if i % 2 else f"k{i}".encode())
+        assert r["headers"] == ([{"key": "h", "value": f"{i}".encode()},
+                                 {"key": "empty", "value": b""}] if i % 7 == 0 else [])
+        assert int(r["timestamp"].timestamp() * 1000) == 1_700_000_000_000 + i
 
 
 def test_gaps_that_cannot_be_written_are_a_warning_not_a_failed_task(

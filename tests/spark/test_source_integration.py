@@ -260,7 +260,7 @@ def test_query_and_two_python_members_share_a_topic_and_python_takes_over_after_
 
 
 def test_bad_options_fail_at_load_with_the_option_named(marshal_spark: SparkSession) -> None:
-    with pytest.raises(Exception, match="option 'mode' must be alo, amo or share"):
+    with pytest.raises(Exception, match="option 'mode' must be alo, amo, share or key-shared"):
         (marshal_spark.readStream.format("marshal").option("bootstrap.servers", "x:1")
          .option("group", "g").option("topics", "t").option("mode", "twice").load())
 

@@ -28,7 +28,7 @@ from marshal_py.spark.options import parse_options
 from marshal_py.spark.planning import ReadTask
 from tests.integration.consumer_support import tail_json
 from tests.integration.test_transactional_input import PLAN, lag_rows
-from tests.spark.test_fetch import ARROW
+from tests.spark.test_fetch import ARROW, FETCHERS
 from tests.spark.test_fetch import rows as task_rows
 from tests.spark.test_source_integration import (  # noqa: F401
     Query,
@@ -148,8 +148,9 @@ def test_a_bad_isolation_level_is_one_clear_error() -> None:
                        "isolation.level": "read_committed"})
 
 
+@pytest.mark.parametrize("fetcher", FETCHERS)
 def test_a_task_ends_at_its_range_end_when_compaction_removed_the_last_offsets(
-        kafka_bootstrap: str, unique_name: str) -> None:
+        kafka_bootstrap: str, unique_name: str, fetcher: str) -> None:
     """A planned range whose last offsets hold no record any more: the task ends when its
     consumer's position passes the range end, not after fetch.timeout, and reports every
     offset of the range it read past as a gap."""
@@ -159,28 +160,31 @@ def test_a_task_ends_at_its_range_end_when_compaction_removed_the_last_offsets(
     gone = max(set(range(present[-1])) - set(present))  # the newest offset compacted away
     for start, end in ((0, gone + 1), (gone, gone + 1), (0, gone + 2)):
         task = ReadTask((PlannedRange(unique_name, 0, start, end),))
-        got = task_rows(task, kafka_bootstrap, timeout_s=5)
+        got = task_rows(task, kafka_bootstrap, timeout_s=5, fetcher=fetcher)
         assert [r["offset"] for r in got] == [o for o in present if start <= o < end]
-        delivered, gaps = gaps_of(task, kafka_bootstrap, "read_uncommitted")
+        delivered, gaps = gaps_of(task, kafka_bootstrap, "read_uncommitted", fetcher)
         assert delivered == [o for o in present if start <= o < end]
         assert set(offsets_in(gaps[(unique_name, 0)])) == set(range(start, end)) - set(present)
 
 
-def gaps_of(task: ReadTask, bootstrap: str, isolation_level: str = "read_committed"
+def gaps_of(task: ReadTask, bootstrap: str, isolation_level: str = "read_committed",
+            fetcher: str = "auto"
             ) -> tuple[list[int], dict[tuple[str, int], list[tuple[int, int]]]]:
     """Offsets a task delivered, and the gaps it reported."""
     reported: list[Any] = []
     config = KafkaLogConfig(bootstrap_servers=bootstrap,
                             kafka_config={"isolation_level": isolation_level})
-    batches = list(read_task(task, config, ARROW, timeout_s=10, on_gaps=reported.append))
+    batches = list(read_task(task, config, ARROW, timeout_s=10, on_gaps=reported.append,
+                             fetcher=fetcher))  # type: ignore[arg-type]
     delivered = [o for b in batches for o in b.column("offset").to_pylist()]
     assert len(reported) <= 1
     return delivered, (reported[0] if reported else {})
 
 
+@pytest.mark.parametrize("fetcher", FETCHERS)
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
 def test_a_task_reports_as_gaps_exactly_the_offsets_of_its_ranges_it_read_past(
-        kafka_bootstrap: str, unique_name: str, isolation: str) -> None:
+        kafka_bootstrap: str, unique_name: str, isolation: str, fetcher: str) -> None:
     """Markers (and aborted records under read_committed) inside the task's ranges are gaps;
     offsets between the ranges are neither delivered nor gaps."""
     create_topic(kafka_bootstrap, unique_name)
@@ -188,7 +192,7 @@ def test_a_task_reports_as_gaps_exactly_the_offsets_of_its_ranges_it_read_past(
     present = set(offsets(kafka_bootstrap, unique_name, isolation))
     ranges = (PlannedRange(unique_name, 0, 0, 7), PlannedRange(unique_name, 0, 9, 20, 2),
               PlannedRange(unique_name, 0, 20, written.end))
-    delivered, gaps = gaps_of(ReadTask(ranges), kafka_bootstrap, isolation)
+    delivered, gaps = gaps_of(ReadTask(ranges), kafka_bootstrap, isolation, fetcher)
     inside = {o for r in ranges for o in range(r.start, r.end)}
     assert delivered == sorted(present & inside)
     assert list(gaps) == [(unique_name, 0)]
@@ -199,14 +203,17 @@ def test_a_task_reports_as_gaps_exactly_the_offsets_of_its_ranges_it_read_past(
     assert all(b + 1 < c for (_, b), (c, _) in pairwise(reported))
 
 
-def test_a_task_without_gaps_reports_none(kafka_bootstrap: str, unique_name: str) -> None:
+@pytest.mark.parametrize("fetcher", FETCHERS)
+def test_a_task_without_gaps_reports_none(kafka_bootstrap: str, unique_name: str,
+                                          fetcher: str) -> None:
     create_topic(kafka_bootstrap, unique_name)
     written = write_transactions(kafka_bootstrap, unique_name, [("commit", 5)])
     # Offsets 0..4 are the records, 5 the commit marker.
-    delivered, gaps = gaps_of(ReadTask((PlannedRange(unique_name, 0, 0, 5),)), kafka_bootstrap)
+    delivered, gaps = gaps_of(ReadTask((PlannedRange(unique_name, 0, 0, 5),)), kafka_bootstrap,
+                              fetcher=fetcher)
     assert (delivered, gaps) == ([0, 1, 2, 3, 4], {})
     _, gaps = gaps_of(ReadTask((PlannedRange(unique_name, 0, 0, written.end),)),
-                      kafka_bootstrap)
+                      kafka_bootstrap, fetcher=fetcher)
     assert gaps == {(unique_name, 0): [(5, 5)]}
 
 

@@ -29,12 +29,14 @@ def test_options_defaults_and_parsing() -> None:
     assert o.kafka_config == {"security_protocol": "PLAINTEXT"}
     assert o.client_id.startswith("spark-")
     assert o.settle_timeout == 3 * 10.0 + 5
+    assert o.fetcher == "auto"
+    assert parse_options({**BASE, "fetcher": "Kafka-Python"}).fetcher == "kafka-python"
 
 
 @pytest.mark.parametrize("raw, message", [
     ({"group": "g", "topics": "a"}, "'bootstrap.servers' of the marshal source is required"),
     ({**BASE, "topics": " , "}, "names no topic"),
-    ({**BASE, "mode": "exactly-once"}, "must be alo, amo or share"),
+    ({**BASE, "mode": "exactly-once"}, "must be alo, amo, share or key-shared"),
     ({**BASE, "maxRecordsPerTrigger": "0"}, "'maxRecordsPerTrigger' must be >= 1"),
     ({**BASE, "maxRecordsPerTrigger": "many"}, "must be an integer"),
     ({**BASE, "lock.duration": "7200"}, "between 1 and 3600"),
@@ -45,6 +47,10 @@ def test_options_defaults_and_parsing() -> None:
     ({**BASE, "kafka.no_such_setting": "1"}, "unknown kafka-python setting"),
     ({**BASE, "mode": "share", "max.poll.interval": "0.5"}, "'max.poll.interval' must be >= 1"),
     ({**BASE, "max.poll.interval": "60"}, "'max.poll.interval' applies to mode share only"),
+    ({**BASE, "fetcher": "java"}, "'fetcher' must be auto, confluent or kafka-python"),
+    ({**BASE, "fetcher": "confluent", "kafka.proxy_url": "http://p:1"},
+     "fetcher=confluent: the setting kafka.proxy_url has no librdkafka equivalent; use "
+     "fetcher=auto or kafka-python instead"),
 ])
 def test_bad_options_are_refused_with_the_option_named(raw: dict[str, str],
                                                        message: str) -> None:

@@ -1,0 +1,187 @@
+"""The Spark rows of the ``overhead`` suite: ``format("marshal")`` against ``format("kafka")``.
+
+Every reader is a Structured Streaming query, ``trigger(availableNow=True)`` and the ``noop``
+sink (so only the source is measured), timed from ``start()`` to the query's end. The
+readers, and the anchor each is compared with:
+
+* ``kafka``: Spark's own Kafka source (``spark-sql-kafka-0-10``, ``startingOffsets``
+  earliest) over the suite's records (no keys); the anchor of ``marshal-alo``,
+  ``marshal-amo`` and ``marshal-share``;
+* ``marshal-alo``, ``marshal-amo``, ``marshal-share``: ``format("marshal")`` in that mode, a
+  fresh group each run (HI 1 s, ``offset.reset`` earliest); share mode with
+  ``inflight.limit`` 10,000 (the most; at the default 2,000 a batch holds 24,000 records);
+* ``kafka-keyed``: Spark's Kafka source over the same number of records with keys (10,000
+  distinct keys), the anchor of ``marshal-key-shared``;
+* ``marshal-key-shared``: ``format("marshal")`` in key-shared mode over the keyed records.
+
+Python workers: Spark stops an idle Python worker after a minute, and starts Python workers
+(a fork, then pyspark, pyarrow, pandas and marshal_py imported) when a task needs one. So the
+first Python query after a pause pays that start: seconds on two busy cores. Until issue 21
+the Spark readers ran in a fixed order after the Python readers' minutes, so ALO (always the
+first Python query of its repetition) paid it every time and AMO never: that was the whole
+"ALO is slower than AMO" gap. Now every repetition starts with an untimed warm-up (one small
+query of each source) and the order of the readers turns by one each repetition.
+
+``masters``: ``local`` (``local[2]``: the driver and both executor threads in one JVM) and/or
+``cluster`` (a :class:`~marshal_py.spark.cluster.StandaloneCluster` on 127.0.0.1: a master and
+2 workers of 1 core each, one executor JVM per worker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.harness import BenchContext, BenchError
+
+HI_S = 1.0
+#: Spark's Kafka source. pyspark 4.3 runs the 4.2 connector (the newest on Maven Central
+#: when this was written); BENCH_SPARK_KAFKA_VERSION picks another.
+SPARK_KAFKA_VERSION = os.environ.get("BENCH_SPARK_KAFKA_VERSION", "4.2.0")
+IVY_SETTINGS = Path(__file__).resolve().parent / "ivysettings.xml"
+IVY_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "marshal_py" / "ivy"
+ROOT = Path(__file__).resolve().parent.parent
+#: Records of the warm-up queries.
+WARM_UP_RECORDS = 2_000
+#: Distinct keys of the keyed records (key-shared mode and its anchor).
+KEYS = 10_000
+
+
+@dataclass(frozen=True)
+class SparkReader:
+    """One Spark query: which source, mode and records, and its anchor."""
+
+    name: str
+    label: str
+    source: str
+    """``kafka`` or ``marshal``."""
+    keyed: bool = False
+    """Reads the keyed records."""
+    mode: str | None = None
+    anchor: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+
+SPARK_READERS: tuple[SparkReader, ...] = (
+    SparkReader("kafka", 'Spark format("kafka")', "kafka"),
+    SparkReader("marshal-alo", 'Spark format("marshal") ALO', "marshal", mode="alo",
+                anchor="kafka"),
+    SparkReader("marshal-amo", 'Spark format("marshal") AMO', "marshal", mode="amo",
+                anchor="kafka"),
+    SparkReader("marshal-share", 'Spark format("marshal") share (inflight.limit 10000)',
+                "marshal", mode="share", anchor="kafka",
+                options={"inflight.limit": "10000"}),
+    SparkReader("kafka-keyed", 'Spark format("kafka"), keyed records', "kafka", keyed=True),
+    SparkReader("marshal-key-shared", 'Spark format("marshal") key-shared, keyed records',
+                "marshal", keyed=True, mode="key-shared", anchor="kafka-keyed"),
+)
+READERS_BY_NAME = {r.name: r for r in SPARK_READERS}
+MASTERS = ("local", "cluster")
+
+
+def masters_wanted() -> list[str]:
+    """``BENCH_SPARK_MASTERS`` (comma-separated: local, cluster; default local)."""
+    wanted = [m.strip() for m in os.environ.get("BENCH_SPARK_MASTERS", "local").split(",")
+              if m.strip()]
+    unknown = [m for m in wanted if m not in MASTERS]
+    if unknown or not wanted:
+        raise BenchError(f"BENCH_SPARK_MASTERS names {unknown or 'nothing'}; use local, "
+                         "cluster or local,cluster")
+    return wanted
+
+
+def master_label(master: str) -> str:
+    return ("local[2]" if master == "local"
+            else "standalone cluster, 2 workers x 1 core on 127.0.0.1")
+
+
+@contextlib.contextmanager
+def spark_session(ctx: BenchContext, master: str) -> Iterator[Any]:
+    """A SparkSession on ``master`` with Spark's Kafka connector and ``format("marshal")``;
+    for ``cluster``, the standalone cluster it runs on is started and stopped here."""
+    from marshal_py.spark import register
+    from marshal_py.spark.cluster import StandaloneCluster
+    from marshal_py.spark.session import local_session
+
+    IVY_CACHE.mkdir(parents=True, exist_ok=True)
+    conf: dict[str, str | int] = {
+        "spark.jars.packages": f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_KAFKA_VERSION}",
+        "spark.jars.ivy": str(IVY_CACHE), "spark.jars.ivySettings": str(IVY_SETTINGS)}
+    with contextlib.ExitStack() as stack:
+        if master == "local":
+            url = "local[2]"
+        else:
+            ctx.say("starting a standalone Spark cluster: a master and 2 workers")
+            cluster = stack.enter_context(StandaloneCluster(workers=2, cores=1, memory="1g"))
+            url = cluster.master_url
+            conf.update({"spark.executor.cores": 1, "spark.cores.max": 2,
+                         "spark.executor.memory": "768m",
+                         "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+                         "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
+                         "spark.executorEnv.PYTHONPATH": os.pathsep.join(
+                             p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)})
+        spark = local_session(f"marshal-bench-overhead-{master}", master=url, **conf)
+        stack.callback(spark.stop)
+        register(spark)
+        yield spark
+
+
+def read(spark: Any, ctx: BenchContext, reader: SparkReader, topic: str) -> Any:
+    """The streaming DataFrame of ``reader`` over ``topic`` (a fresh group for ours)."""
+    stream = spark.readStream
+    if reader.source == "kafka":
+        return (stream.format("kafka").option("kafka.bootstrap.servers", ctx.bootstrap)
+                .option("subscribe", topic).option("startingOffsets", "earliest").load())
+    stream = (stream.format("marshal").option("bootstrap.servers", ctx.bootstrap)
+              .option("group", f"bench.overhead.spark.{reader.name}.{uuid.uuid4().hex[:8]}")
+              .option("topics", topic).option("mode", reader.mode)
+              .option("offset.reset", "earliest").option("heartbeat.interval", str(HI_S)))
+    for key, value in reader.options.items():
+        stream = stream.option(key, value)
+    return stream.load()
+
+
+def run_query(spark: Any, ctx: BenchContext, reader: SparkReader, topic: str, records: int
+              ) -> tuple[float, int]:
+    """One availableNow query into the noop sink: (seconds from start() to its end, rows)."""
+    checkpoint = f"/tmp/marshal-bench-{reader.name}-{uuid.uuid4().hex[:8]}"
+    limit_s = 60 + records / 1_000
+    started = time.perf_counter()
+    query = (read(spark, ctx, reader, topic).writeStream.format("noop")
+             .trigger(availableNow=True).option("checkpointLocation", checkpoint).start())
+    finished = query.awaitTermination(timeout=limit_s)
+    seconds = time.perf_counter() - started
+    if not finished:
+        query.stop()
+        raise BenchError(f"the Spark {reader.name} query did not read {records:,} records in "
+                         f"{limit_s:.0f} s")
+    if query.exception() is not None:
+        raise BenchError(f"the Spark {reader.name} query failed: {query.exception()}")
+    rows = sum(p["numInputRows"] for p in query.recentProgress)
+    if rows < records:
+        raise BenchError(f"the Spark {reader.name} query read {rows:,} of {records:,} records")
+    return seconds, rows
+
+
+def warm_up(spark: Any, ctx: BenchContext, topic: str) -> None:
+    """One small untimed query of each source over ``topic`` (:data:`WARM_UP_RECORDS`
+    records), so that no measured query starts Spark's Python workers alone."""
+    for reader in (READERS_BY_NAME["kafka"], READERS_BY_NAME["marshal-alo"]):
+        run_query(spark, ctx, reader, topic, WARM_UP_RECORDS)
+
+
+def order(repetition: int) -> list[SparkReader]:
+    """The readers of one repetition: the list turned by one place per repetition."""
+    turn = repetition % len(SPARK_READERS)
+    return list(SPARK_READERS[turn:] + SPARK_READERS[:turn])
+
+
+def keyed(i: int) -> bytes:
+    """The key of keyed record ``i``."""
+    return f"key-{i % KEYS}".encode()
