@@ -5,6 +5,7 @@ split, and the background thread that keeps a member alive. See
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -112,6 +113,24 @@ class BackgroundMember:
         """Wait until the background thread has run ``count`` more steps."""
         self._thread.wait_ticks(count, timeout_s)
         self._raise_background_error()
+
+    def _wait_until_settled(self, timeout_s: float, hi_s: float,
+                            pending: Callable[[], object],
+                            holds_target: Callable[[], bool]) -> None:
+        """Wait until a step leaves nothing to claim back (``pending`` empty) and the member
+        holding its target (``holds_target``; both called under the lock), else at most
+        three steps once nothing is pending."""
+        deadline = time.monotonic() + timeout_s
+        self.wait_ticks(1, timeout_s)
+        steps = 1
+        while time.monotonic() < deadline:
+            with self._lock:
+                waiting = bool(pending())
+                settled = not waiting and holds_target()
+            if settled or (steps >= 3 and not waiting):
+                break
+            self.wait_ticks(1, min(hi_s, max(0.0, deadline - time.monotonic())))
+            steps += 1
 
     def close(self) -> None:
         """Stop the thread, then release everything held and leave the group. Idempotent."""

@@ -23,7 +23,6 @@ completion with :meth:`complete`.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -74,18 +73,8 @@ class ExclusiveBatchMember(BackgroundMember):
         client id has its predecessor's partitions back (one heartbeat interval and a
         quarter).
         """
-        hi_s = self.engine.hi / 1000
-        deadline = time.monotonic() + timeout_s
-        self.wait_ticks(1, timeout_s)
-        steps = 1
-        while time.monotonic() < deadline:
-            with self._lock:
-                pending = self.engine.reclaim_pending()
-                settled = not pending and self._holds_its_share()
-            if settled or (steps >= 3 and not pending):
-                break
-            self.wait_ticks(1, min(hi_s, max(0.0, deadline - time.monotonic())))
-            steps += 1
+        self._wait_until_settled(timeout_s, self.engine.hi / 1000, self.engine.reclaim_pending,
+                                 self._holds_its_share)
 
     def _holds_its_share(self) -> bool:
         """True when this member holds its target of every topic (under the lock)."""

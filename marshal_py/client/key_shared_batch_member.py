@@ -15,7 +15,6 @@ members at once, nor out of order.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -54,18 +53,8 @@ class KeySharedBatchMember(BackgroundMember):
         """Wait until the member owns its target slots of every partition (a new member of
         a quiet group: after the first step), else at most three steps; a process restarting
         under the same client id waits until its predecessor's slots are back."""
-        hi_s = self.engine.hi / 1000
-        deadline = time.monotonic() + timeout_s
-        self.wait_ticks(1, timeout_s)
-        steps = 1
-        while time.monotonic() < deadline:
-            with self._lock:
-                pending = self.engine.reclaim_pending()
-                settled = not pending and self._owns_its_target()
-            if settled or (steps >= 3 and not pending):
-                break
-            self.wait_ticks(1, min(hi_s, max(0.0, deadline - time.monotonic())))
-            steps += 1
+        self._wait_until_settled(timeout_s, self.engine.hi / 1000, self.engine.reclaim_pending,
+                                 self._owns_its_target)
 
     def _owns_its_target(self) -> bool:
         engine, now = self.engine, self.engine.clock.now_ms()
