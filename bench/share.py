@@ -55,6 +55,7 @@ import json
 import signal
 import statistics
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -167,6 +168,7 @@ def _consume(marshaler: Any, topic: str, work_ms: float) -> dict[str, Any]:
     cpu_s = time.process_time() - cpu_at_go
     stats = consumer.stats
     distinct = sorted(set(delivered))
+    repeated = sorted(o for o, n in Counter(delivered).items() if n > 1)
     return {
         "delivered": len(delivered),
         "fetched": fetched[0],
@@ -174,6 +176,7 @@ def _consume(marshaler: Any, topic: str, work_ms: float) -> dict[str, Any]:
         "distinct": len(distinct),
         "redelivered": redelivered,
         "offsets": format_ranges(ranges_of(distinct)) if distinct else "",
+        "repeated": format_ranges(ranges_of(repeated)) if repeated else "",
         "acquisitions": stats.acquisitions,
         "records_acquired": stats.records_acquired,
         "records_void": stats.records_void,
@@ -217,6 +220,9 @@ class Observer:
         self.first_acquired_ms: int | None = None
         self.done_ms: int | None = None  # broker time of the record that moved SPSO to N
         self.done_position: int | None = None
+        #: Every coordination record of the run's partition (position, broker time, type,
+        #: sender, verdict, detail): the evidence kept when a run delivers a record twice.
+        self.journal: list[tuple[int, int, str, str, str, str]] = []
         self.rationalizer.observe(self._see)
 
     def _see(self, outcome: Outcome) -> None:
@@ -224,6 +230,10 @@ class Observer:
         if record.partition != self.partition or self.done_position is not None:
             return
         kind = type(outcome.message).__name__ if outcome.message is not None else "undecoded"
+        sender = (f"{outcome.message.client_id}/{outcome.message.instance_id}"
+                  if outcome.message is not None else "")
+        self.journal.append((record.position, record.timestamp_ms, kind, sender,
+                             outcome.verdict.value, outcome.detail))
         self.by_type[kind] += 1
         self.verdicts[outcome.verdict.value] += 1
         if self.first_acquired_ms is None and outcome.verdict.value == "records_acquired":
@@ -401,6 +411,8 @@ def run_once(bootstrap: str, workers: Sequence[Worker], consumers: int, topic: s
     seen = offsets_handed_out([m.name for m in members], summaries, records,
                               f"the SPSO reached {records:,}")
     delivered = sum(s["delivered"] for s in summaries)
+    if delivered > len(seen):
+        _keep_evidence(tag, [m.name for m in members], summaries, observer)
     written = observer.done_position + 1 - before
     assert observer.first_acquired_ms is not None
     voids = [s["records_void"] for s in summaries]
@@ -421,6 +433,20 @@ def run_once(bootstrap: str, workers: Sequence[Worker], consumers: int, topic: s
         machine_busy=machine_busy,
         per_member=[s["delivered"] for s in summaries],
     )
+
+
+def _keep_evidence(tag: str, names: list[str], summaries: list[dict[str, Any]],
+                   observer: Observer) -> None:
+    """A run delivered a record twice: keep what each member was handed and every
+    coordination record of the run in a file (named on stderr) for whoever explains it."""
+    path = Path(tempfile.gettempdir()) / f"marshal-bench-share-duplicates-{tag}.json"
+    path.write_text(json.dumps({
+        "members": {name: {k: s.get(k) for k in ("delivered", "distinct", "redelivered",
+                                                   "offsets", "repeated")}
+                    for name, s in zip(names, summaries, strict=True)},
+        "coordination_records": observer.journal,
+    }, indent=1))
+    print(f"bench.share: a run delivered records twice; evidence in {path}", file=sys.stderr)
 
 
 # -- data -----------------------------------------------------------------------------------------
