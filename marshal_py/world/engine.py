@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 from marshal_py.protocol.auth import Signature, verify
 from marshal_py.protocol.codec import DecodeError, DecodeErrorKind, decode_signed
 from marshal_py.protocol.messages import (
-    MAX_ANNOUNCED_INTERVAL_MS,
     Checkpoint,
     ClaimingMessages,
     ClaimingPartition,
@@ -50,6 +49,7 @@ from marshal_py.world.lifecycle import GroupLife
 from marshal_py.world.modes import Modes
 from marshal_py.world.pairs import Pair, Route
 from marshal_py.world.sequences import PairSequences, sequence_refusal
+from marshal_py.world.signed_path import apply_signed, member_fields, natural
 from marshal_py.world.state import Owner
 from marshal_py.world.verdicts import (
     BEFORE_CHECKPOINT,
@@ -90,12 +90,6 @@ _DECODE_CODES = {
 _INT32_MAX = 2**31 - 1
 #: The route caches are emptied when they grow past this (routes are only a cache).
 _MAX_ROUTES = 200_000
-
-
-def _natural(raw: bytes) -> bool:
-    """Is ``raw`` a canonical non-negative decimal the fast path may read (at most 18 digits,
-    so within int64)?"""
-    return raw.isdigit() and len(raw) < 19 and (raw[0] != 48 or len(raw) == 1)
 
 
 class Core(Modes):
@@ -181,7 +175,7 @@ class Core(Modes):
         partition = -1
         if with_partition:
             raw = fields[4]
-            if not _natural(raw) or int(raw) > _INT32_MAX:
+            if not natural(raw) or int(raw) > _INT32_MAX:
                 return None
             partition = int(raw)
         routes = self._routes if with_partition else self._member_routes
@@ -246,7 +240,7 @@ class Core(Modes):
                 code = -1
                 if value is not None:
                     parts = value.split(b"/", 3)
-                    if len(parts) == 4 and (parts[2] == sent_ok or _natural(parts[2])):
+                    if len(parts) == 4 and (parts[2] == sent_ok or natural(parts[2])):
                         sent_ok = parts[2]
                         kind = parts[0]
                         if kind == b"Heartbeat":
@@ -292,7 +286,7 @@ class Core(Modes):
                                     key, _, raw = parts[3].rpartition(b"/")
                                 route = routes.get(key) or self._route_of(key, True)
                                 if (route is not None and route.home == p
-                                        and pos >= route.pair.open_from and _natural(raw)):
+                                        and pos >= route.pair.open_from and natural(raw)):
                                     life = route.pair.life
                                     if life is None or ts > life.due:
                                         life = life_of(route.pair, ts)
@@ -304,6 +298,8 @@ class Core(Modes):
                                         code = self._messages(route, int(raw))
                         elif kind == b"MemberHeartbeat" and b"%" not in value:
                             code = self._fast_member(parts, p, pos, ts)
+                    elif len(parts) == 4 and parts[0] == b"Signed" and parts[1] == b"3":
+                        code = apply_signed(self, parts[2], parts[3], p, pos, ts)
                 if code < 0:
                     code = general(value, p, pos, ts)
                 counts[code] += 1
@@ -320,37 +316,16 @@ class Core(Modes):
     def _fast_member(self, parts: list[bytes], p: int, pos: int, ts: int) -> int:
         """A MemberHeartbeat (version 2 or 3, nothing escaped) from the bytes; -1 when the
         general path must read it."""
-        version = parts[1]
-        if version == b"3":
-            fields = parts[3].rsplit(b"/", 3)
-            if len(fields) != 4 or not _natural(fields[3]):
-                return -1
-            interval = int(fields[3])
-            if interval > MAX_ANNOUNCED_INTERVAL_MS:
-                return -1
-        elif version == b"2":
-            fields = parts[3].rsplit(b"/", 2)
-            if len(fields) != 3:
-                return -1
-            interval = 0
-        else:
+        fields = member_fields(parts[1], parts[3])
+        if fields is None:
             return -1
-        key, active, capacity = fields[0], fields[1], fields[2]
-        if active != b"1" and active != b"0":
-            return -1
-        if capacity == b"-1":
-            cap = -1
-        elif _natural(capacity):
-            cap = int(capacity)
-        else:
-            return -1
-        route = self._member_routes.get(key) or self._route_of(key, False)
+        route = self._member_routes.get(fields[0]) or self._route_of(fields[0], False)
         if route is None or route.home != p or pos < route.pair.open_from:
             return -1
         life = route.pair.life
         if life is None or ts > life.due:
             life = self._life(route.pair, ts)
-        return self._membership(life, route.owner, ts, active == b"1", cap, interval)
+        return self._membership(life, route.owner, ts, fields[1], fields[2], fields[3])
 
     # -- the general path ----------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from marshal_py.world.checkpoint import ClaimState
 from marshal_py.world.lifecycle import GroupLife
 from marshal_py.world.sequences import PairSequences
+from marshal_py.world.signed_path import mac_keys
 
 if TYPE_CHECKING:
     from marshal_py.protocol.auth import GroupKey
@@ -47,6 +48,7 @@ class Pair:
         "keyed",
         "keys",
         "life",
+        "macs",
         "open_from",
         "restored_at",
         "retention_ms",
@@ -61,6 +63,9 @@ class Pair:
         self.hi = hi
         self.retention_ms = retention_ms
         self.keys = keys
+        #: The keys as the signed fast path checks MACs with them (None: not authenticated).
+        self.macs = None if keys is None else mac_keys(
+            tuple((key.key_id, key.secret) for key in keys))
         self.home = home
         self.life: GroupLife | None = None
         self.claims: dict[int, ClaimState] = {}
