@@ -181,20 +181,32 @@ class KeySharedPartition:
 
     def heartbeat(self, sender: Owner, offset: int, ts: int,
                   sender_interval_ms: int | None = None) -> KeySharedResult:
-        """Commit ``offset`` for every slot ``sender`` owns."""
+        """Commit ``offset`` for every slot ``sender`` owns.
+
+        Only the sender's runs change (their committed offset rises), so they are updated in
+        place, and then those of them that became equal to the next run (also the sender's)
+        merged, from the last one back: a few operations per run the sender owns."""
         firsts = self._runs_of.get(sender)
         if not firsts:
             return KeySharedResult((), 0)
-        mine = [self._runs[self._index(first)] for first in sorted(firsts)]
+        runs, starts = self._runs, self._firsts
+        mine = [bisect_right(starts, first) - 1 for first in sorted(firsts)]
         applied: list[OffsetRange] = []
-        for first, last, _, _ in mine:
+        changed = False
+        for i in mine:
+            first, last, _, committed = runs[i]
             _join(applied, first, last)
-        for first, _, _, committed in mine:
             if committed is None or offset > committed:
-                i = self._index(first)
-                run = self._runs[i]  # (merged with the previous one: committed is offset)
-                if run[3] is None or offset > run[3]:
-                    self._write(i, i + 1, [(run[0], run[1], sender, offset)])
+                runs[i] = (first, last, sender, offset)
+                changed = True
+        if changed:
+            for i in reversed(mine):
+                if i + 1 < len(runs) and runs[i + 1][2] == sender \
+                        and runs[i + 1][3] == runs[i][3]:
+                    after = runs[i + 1]
+                    runs[i] = (runs[i][0], after[1], sender, after[3])
+                    del runs[i + 1], starts[i + 1]
+                    firsts.discard(after[0])
         self._seen(sender, ts, sender_interval_ms)
         return KeySharedResult(tuple(applied), 0)
 
