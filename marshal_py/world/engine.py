@@ -9,11 +9,14 @@ verdict hashed an enum member in Python. Now:
   read straight from the bytes: the type and version are compared, and the part that names
   sender and subject (``instance/client/group/topic/partition``) is looked up in a cache of
   :class:`~marshal_py.world.pairs.Route` objects, whose ids were validated once; only the
-  integers are checked per record. Anything else, or anything unusual about a common record
-  (escapes, signatures, another version, a malformed field, an authenticated group, a
-  checkpoint boundary, a misplaced record), takes the general path: the codec decodes it and
-  the rules apply to the message. Both paths give the same verdicts: the fast one only takes
-  what the codec would read the same way, and leaves everything else untouched.
+  integers are checked per record. The same messages signed (``Signed/3``) for an
+  authenticated group have a fast path of their own (:mod:`marshal_py.world.signed_path`).
+  Anything else (any other type, extensions this rationalizer does not know included), or
+  anything unusual about a common record (escapes, another version, a malformed field, a
+  signature that does not check, an authenticated group's unsigned record, a checkpoint
+  boundary, a misplaced record), takes the general path: the codec decodes it and the rules
+  apply to the message. Both paths give the same verdicts: the fast ones only take what the
+  codec would read the same way, and leave everything else untouched.
 * Membership pruning and expiry cost one comparison per record
   (:attr:`~marshal_py.world.lifecycle.GroupLife.due`).
 * No object is made per record unless someone asks for the outcome (:meth:`apply`, or an
