@@ -17,6 +17,7 @@ The one refusal it gives itself is the replay guard's, exactly as the general pa
 from __future__ import annotations
 
 import binascii
+import hashlib
 import hmac
 from typing import TYPE_CHECKING
 
@@ -69,25 +70,37 @@ def member_fields(version: bytes, rest: bytes) -> tuple[bytes, bool, int, int] |
     return fields[0], active == b"1", cap, interval
 
 
-Macs = dict[bytes, list[hmac.HMAC]]
+#: Key id bytes -> for each of its secrets, the HMAC's inner and outer SHA-256 states, the
+#: inner one already fed the version 3 MAC input's fixed start.
+Macs = dict[bytes, list[tuple["hashlib._Hash", "hashlib._Hash"]]]
+_BLOCK = 64  # SHA-256's block size
 
 
 def mac_keys(keys: tuple[tuple[str, bytes], ...]) -> Macs:
-    """(key id, secret) pairs -> key id bytes -> the HMAC of each of its secrets, already fed
-    the version 3 MAC input's fixed start (copying it is cheaper than keying a new one)."""
+    """(key id, secret) pairs -> the keyed HMAC-SHA256 states (RFC 2104) of each key id.
+
+    Copying two keyed hash states per record costs about half of what keying an HMAC (or
+    copying a :class:`hmac.HMAC`) does; the MAC is the same."""
     table: Macs = {}
     for key_id, secret in keys:
         raw_id = key_id.encode("utf-8")
-        table.setdefault(raw_id, []).append(
-            hmac.new(secret, b"marshal-signed-v3\n" + raw_id + b"\n", "sha256"))
+        if len(secret) > _BLOCK:
+            secret = hashlib.sha256(secret).digest()
+        padded = secret.ljust(_BLOCK, b"\0")
+        inner = hashlib.sha256(bytes(b ^ 0x36 for b in padded))
+        inner.update(b"marshal-signed-v3\n" + raw_id + b"\n")
+        outer = hashlib.sha256(bytes(b ^ 0x5C for b in padded))
+        table.setdefault(raw_id, []).append((inner, outer))
     return table
 
 
 def _authentic(macs: Macs, raw_id: bytes, raw_seq: bytes, raw_mac: bytes, body: bytes) -> bool:
-    for keyed in macs.get(raw_id, ()):
-        mac = keyed.copy()
-        mac.update(raw_seq + b"\n" + body)
-        digest = mac.digest()
+    for keyed_inner, keyed_outer in macs.get(raw_id, ()):
+        inner = keyed_inner.copy()
+        inner.update(raw_seq + b"\n" + body)
+        outer = keyed_outer.copy()
+        outer.update(inner.digest())
+        digest = outer.digest()
         expected = binascii.b2a_base64(digest, newline=False)[:MAC_CHARS].translate(_URLSAFE)
         if hmac.compare_digest(expected, raw_mac):
             return True
