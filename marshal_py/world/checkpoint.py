@@ -145,8 +145,10 @@ def decode_state(text: str) -> PairState:
             return None if ref is None else table[_int(ref)]
 
         members, gone_at, last_checkpoint, stable_since = doc["life"]
-        life = GroupLife(gone_at_ms=_opt(gone_at), last_checkpoint_ms=_opt(last_checkpoint),
-                         stable_since_ms=_opt(stable_since))
+        life = GroupLife()  # the reader sets its intervals (GroupLife.configure)
+        life.gone_at_ms = _opt(gone_at)
+        life.last_checkpoint_ms = _opt(last_checkpoint)
+        life.stable_since_ms = _opt(stable_since)
         for entry in members:  # version 1 and 2: [member, last seen, capacity]
             ref, ts, capacity, *rest = _fields(entry, 3, 5)
             member = table[_int(ref)]

@@ -11,11 +11,13 @@ Time is the broker timestamp of the record being applied, or a query's ``now_ms`
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from marshal_py.protocol.messages import KEY_SLOTS
-from marshal_py.protocol.ranges import OffsetRange, offsets_in, ranges_of
+from marshal_py.protocol.ranges import OffsetRange
 from marshal_py.world.state import Owner
 
 
@@ -29,12 +31,22 @@ class SlotRun:
     committed: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class KeySharedResult:
+class KeySharedResult(NamedTuple):
     """What one key-shared message did: the slots it applied to, and how many it could not."""
 
     applied: tuple[OffsetRange, ...]
     ignored: int
+
+
+#: A run of slots: (first, last, owner, committed offset).
+_Run = tuple[int, int, "Owner | None", "int | None"]
+
+
+def _join(ranges: list[OffsetRange], first: int, last: int) -> None:
+    if ranges and ranges[-1][1] + 1 == first:
+        ranges[-1] = (ranges[-1][0], last)
+    else:
+        ranges.append((first, last))
 
 
 class KeySharedPartition:
@@ -49,20 +61,90 @@ class KeySharedPartition:
       of its slots to the heartbeat's offset (never lowers it) and proves it alive.
     * A release gives the named slots the sender owns up, raising their committed offset to
       the release's offset.
+
+    The slots are kept as runs of one owner and one committed offset (what :meth:`runs`
+    shows), indexed by owner, so a message costs a few operations per run it touches and a
+    heartbeat per run its sender owns, whatever the number of slots and members.
     """
 
     def __init__(self) -> None:
-        self._owner: list[Owner | None] = [None] * KEY_SLOTS
-        self._committed: list[int | None] = [None] * KEY_SLOTS
-        #: The slots of each owner: the index that keeps a heartbeat O(its slots), not
-        #: O(KEY_SLOTS) owner comparisons. Always the inverse of ``_owner``.
-        self._slots: dict[Owner, set[int]] = {}
+        self._runs: list[_Run] = [(0, KEY_SLOTS - 1, None, None)]
+        self._firsts: list[int] = [0]
+        #: Each owner's slot count and the first slots of its runs (the inverse of ``_runs``).
+        self._count: dict[Owner, int] = {}
+        self._runs_of: dict[Owner, set[int]] = {}
         #: Broker time of each owner's last applied claim or heartbeat about this partition.
         self.last_seen: dict[Owner, int] = {}
         #: The heartbeat interval each owner announced (as a member of the group) when it
         #: last claimed or heartbeated; owners without one are judged by the reader's
         #: configured interval.
         self.intervals: dict[Owner, int] = {}
+
+    # -- runs -----------------------------------------------------------------------------------
+
+    def _index(self, slot: int) -> int:
+        return bisect_right(self._firsts, slot) - 1
+
+    def _pieces(self, x: int, y: int) -> tuple[int, int, list[_Run]]:
+        """[x, y] cut where runs begin and end, and the slice of ``_runs`` overlapping it."""
+        runs = self._runs
+        i = j = self._index(x)
+        pieces: list[_Run] = []
+        at = x
+        while at <= y:
+            run = runs[j]
+            end = run[1] if run[1] < y else y
+            pieces.append((at, end, run[2], run[3]))
+            at = end + 1
+            j += 1
+        return i, j, pieces
+
+    def _write(self, i: int, j: int, pieces: list[_Run]) -> list[Owner]:
+        """Replace ``_runs[i:j]`` by the runs that keep what they held outside ``pieces`` and
+        ``pieces``; merge equal neighbours; return the owners left without slots."""
+        runs = self._runs
+        x, y = pieces[0][0], pieces[-1][1]
+        new: list[_Run] = []
+        if runs[i][0] < x:
+            new.append((runs[i][0], x - 1, runs[i][2], runs[i][3]))
+        new += pieces
+        if runs[j - 1][1] > y:
+            new.append((y + 1, runs[j - 1][1], runs[j - 1][2], runs[j - 1][3]))
+        if i > 0:
+            i -= 1
+            new.insert(0, runs[i])
+        if j < len(runs):
+            new.append(runs[j])
+            j += 1
+        merged: list[_Run] = []
+        for run in new:
+            if merged and merged[-1][2] == run[2] and merged[-1][3] == run[3]:
+                merged[-1] = (merged[-1][0], run[1], run[2], run[3])
+            else:
+                merged.append(run)
+        count, runs_of = self._count, self._runs_of
+        touched: set[Owner] = set()
+        for first, last, owner, _ in runs[i:j]:
+            if owner is not None:
+                count[owner] -= last - first + 1
+                runs_of[owner].discard(first)
+                touched.add(owner)
+        for first, last, owner, _ in merged:
+            if owner is not None:
+                count[owner] = count.get(owner, 0) + last - first + 1
+                runs_of.setdefault(owner, set()).add(first)
+        runs[i:j] = merged
+        self._firsts[i:j] = [run[0] for run in merged]
+        gone = [owner for owner in touched if not count[owner]]
+        for owner in gone:
+            del count[owner], runs_of[owner]
+        return gone
+
+    def _forget(self, owners: list[Owner]) -> None:
+        """Owners left without slots are forgotten (their times and intervals)."""
+        for owner in owners:
+            self.last_seen.pop(owner, None)
+            self.intervals.pop(owner, None)
 
     # -- transitions -------------------------------------------------------------------------
 
@@ -72,20 +154,25 @@ class KeySharedPartition:
         """Take the free slots of ``slots`` for ``sender``. A slot's owner is judged by the
         interval it announced, else ``heartbeat_interval_ms``; ``sender_interval_ms`` is the
         one the sender announced (None: none)."""
-        granted: list[int] = []
+        granted: list[OffsetRange] = []
         ignored = 0
-        for slot in offsets_in(slots):
-            owner = self._owner[slot]
-            if (owner is None or owner == sender or owner.client_id == sender.client_id
-                    or not self._live(owner, ts, heartbeat_interval_ms)):
-                self._assign(slot, sender)
-                granted.append(slot)
-            else:
-                ignored += 1
+        gone: list[Owner] = []
+        for x, y in slots:
+            i, j, pieces = self._pieces(x, y)
+            out: list[_Run] = []
+            for a, b, owner, committed in pieces:
+                if (owner is None or owner == sender or owner.client_id == sender.client_id
+                        or not self._live(owner, ts, heartbeat_interval_ms)):
+                    out.append((a, b, sender, committed))
+                    _join(granted, a, b)
+                else:
+                    out.append((a, b, owner, committed))
+                    ignored += b - a + 1
+            gone += self._write(i, j, out)
         if granted:
             self._seen(sender, ts, sender_interval_ms)
-        self._forget_owners_without_slots()
-        return KeySharedResult(ranges_of(granted), ignored)
+        self._forget(gone)
+        return KeySharedResult(tuple(granted), ignored)
 
     def _seen(self, sender: Owner, ts: int, interval_ms: int | None) -> None:
         self.last_seen[sender] = ts
@@ -94,111 +181,121 @@ class KeySharedPartition:
 
     def heartbeat(self, sender: Owner, offset: int, ts: int,
                   sender_interval_ms: int | None = None) -> KeySharedResult:
-        """Commit ``offset`` for every slot ``sender`` owns."""
-        mine = sorted(self._slots.get(sender, ()))
-        if not mine:
+        """Commit ``offset`` for every slot ``sender`` owns.
+
+        Only the sender's runs change (their committed offset rises), so they are updated in
+        place, and then those of them that became equal to the next run (also the sender's)
+        merged, from the last one back: a few operations per run the sender owns."""
+        firsts = self._runs_of.get(sender)
+        if not firsts:
             return KeySharedResult((), 0)
-        for slot in mine:
-            committed = self._committed[slot]
+        runs, starts = self._runs, self._firsts
+        mine = [bisect_right(starts, first) - 1 for first in sorted(firsts)]
+        applied: list[OffsetRange] = []
+        changed = False
+        for i in mine:
+            first, last, _, committed = runs[i]
+            _join(applied, first, last)
             if committed is None or offset > committed:
-                self._committed[slot] = offset
+                runs[i] = (first, last, sender, offset)
+                changed = True
+        if changed:
+            for i in reversed(mine):
+                if i + 1 < len(runs) and runs[i + 1][2] == sender \
+                        and runs[i + 1][3] == runs[i][3]:
+                    after = runs[i + 1]
+                    runs[i] = (runs[i][0], after[1], sender, after[3])
+                    del runs[i + 1], starts[i + 1]
+                    firsts.discard(after[0])
         self._seen(sender, ts, sender_interval_ms)
-        return KeySharedResult(ranges_of(mine), 0)
+        return KeySharedResult(tuple(applied), 0)
 
     def release(self, sender: Owner, slots: Iterable[OffsetRange],
                 offset: int) -> KeySharedResult:
         """Give up the slots of ``slots`` that ``sender`` owns, committed up to ``offset``."""
-        released: list[int] = []
+        released: list[OffsetRange] = []
         ignored = 0
-        for slot in offsets_in(slots):
-            if self._owner[slot] != sender:
-                ignored += 1
-                continue
-            self._assign(slot, None)
-            committed = self._committed[slot]
-            if committed is None or offset > committed:
-                self._committed[slot] = offset
-            released.append(slot)
-        self._forget_owners_without_slots()
-        return KeySharedResult(ranges_of(released), ignored)
+        gone: list[Owner] = []
+        for x, y in slots:
+            i, j, pieces = self._pieces(x, y)
+            out: list[_Run] = []
+            for a, b, owner, committed in pieces:
+                if owner != sender:
+                    out.append((a, b, owner, committed))
+                    ignored += b - a + 1
+                    continue
+                out.append((a, b, None,
+                            offset if committed is None or offset > committed else committed))
+                _join(released, a, b)
+            gone += self._write(i, j, out)
+        self._forget(gone)
+        return KeySharedResult(tuple(released), ignored)
 
     def reset(self, offset: int) -> None:
         """An empty group's offsets were reset: every slot unowned, committed at ``offset``."""
-        self._owner = [None] * KEY_SLOTS
-        self._committed = [offset] * KEY_SLOTS
-        self._slots.clear()
+        self._runs = [(0, KEY_SLOTS - 1, None, offset)]
+        self._firsts = [0]
+        self._count.clear()
+        self._runs_of.clear()
         self.last_seen.clear()
         self.intervals.clear()
-
-    def _assign(self, slot: int, owner: Owner | None) -> None:
-        previous = self._owner[slot]
-        if previous is not None:
-            self._slots[previous].discard(slot)
-        self._owner[slot] = owner
-        if owner is not None:
-            self._slots.setdefault(owner, set()).add(slot)
 
     def _live(self, owner: Owner, now_ms: int, heartbeat_interval_ms: int) -> bool:
         seen = self.last_seen.get(owner)
         return seen is not None and now_ms - seen <= 2 * self.intervals.get(
             owner, heartbeat_interval_ms)
 
-    def _forget_owners_without_slots(self) -> None:
-        for owner in [o for o, slots in self._slots.items() if not slots]:
-            del self._slots[owner]
-        for owner in [o for o in self.last_seen if o not in self._slots]:
-            del self.last_seen[owner]
-        for owner in [o for o in self.intervals if o not in self._slots]:
-            del self.intervals[owner]
-
     # -- views -------------------------------------------------------------------------------
 
     def owner(self, slot: int) -> Owner | None:
         """The slot's owner in the log (live or not)."""
-        return self._owner[slot]
+        return self._runs[self._index(slot)][2]
 
     def committed(self, slot: int) -> int | None:
         """The slot's committed offset (next offset to process), or None if never committed."""
-        return self._committed[slot]
+        return self._runs[self._index(slot)][3]
 
     def owners(self) -> list[Owner | None]:
         """Owner of every slot, indexed by slot (a copy)."""
-        return list(self._owner)
+        out: list[Owner | None] = []
+        for first, last, owner, _ in self._runs:
+            out += [owner] * (last - first + 1)
+        return out
 
     def committed_offsets(self) -> list[int | None]:
         """Committed offset of every slot, indexed by slot (a copy)."""
-        return list(self._committed)
+        out: list[int | None] = []
+        for first, last, _, committed in self._runs:
+            out += [committed] * (last - first + 1)
+        return out
 
     def live_owners(self, now_ms: int, heartbeat_interval_ms: int) -> list[Owner | None]:
         """Owner of every slot, None where the owner is stale at ``now_ms`` (judged by the
         interval it announced, else ``heartbeat_interval_ms``)."""
-        out = list(self._owner)
-        for owner, slots in self._slots.items():
-            if not self._live(owner, now_ms, heartbeat_interval_ms):
-                for slot in slots:
-                    out[slot] = None
+        live = {o: self._live(o, now_ms, heartbeat_interval_ms) for o in self._count}
+        out: list[Owner | None] = []
+        for first, last, owner, _ in self._runs:
+            out += [owner if owner is not None and live[owner] else None] * (last - first + 1)
         return out
 
     def slots_of(self, owner: Owner) -> tuple[OffsetRange, ...]:
         """The slots ``owner`` holds, as ranges."""
-        return ranges_of(sorted(self._slots.get(owner, ())))
+        out: list[OffsetRange] = []
+        for first in sorted(self._runs_of.get(owner, ())):
+            run = self._runs[self._index(first)]
+            _join(out, run[0], run[1])
+        return tuple(out)
 
     def runs(self) -> list[SlotRun]:
         """The slots as runs of one owner and one committed offset, in slot order."""
-        out: list[SlotRun] = []
-        start = 0
-        for slot in range(1, KEY_SLOTS + 1):
-            if (slot == KEY_SLOTS or self._owner[slot] != self._owner[start]
-                    or self._committed[slot] != self._committed[start]):
-                out.append(SlotRun(start, slot - 1, self._owner[start], self._committed[start]))
-                start = slot
-        return out
+        return [SlotRun(*run) for run in self._runs]
 
     def lowest_committed(self) -> int | None:
         """The lowest committed offset over all slots (None if some slot never committed)."""
-        if any(c is None for c in self._committed):
+        offsets = [run[3] for run in self._runs]
+        if any(c is None for c in offsets):
             return None
-        return min(c for c in self._committed if c is not None)
+        return min(c for c in offsets if c is not None)
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -208,15 +305,21 @@ class KeySharedPartition:
         """Replace the whole state (a checkpoint's content)."""
         if len(owners) != KEY_SLOTS or len(committed) != KEY_SLOTS:
             raise ValueError(f"a key-shared partition has {KEY_SLOTS} slots")
-        self._owner = list(owners)
-        self._committed = list(committed)
-        self._slots = {}
-        for slot, owner in enumerate(self._owner):
+        runs: list[_Run] = []
+        for slot, (owner, offset) in enumerate(zip(owners, committed, strict=True)):
+            if runs and runs[-1][2] == owner and runs[-1][3] == offset:
+                runs[-1] = (runs[-1][0], slot, owner, offset)
+            else:
+                runs.append((slot, slot, owner, offset))
+        self._runs = runs
+        self._firsts = [run[0] for run in runs]
+        self._count, self._runs_of = {}, {}
+        for first, last, owner, _ in runs:
             if owner is not None:
-                self._slots.setdefault(owner, set()).add(slot)
-        self.last_seen = dict(last_seen)
-        self.intervals = dict(intervals or {})
-        self._forget_owners_without_slots()
+                self._count[owner] = self._count.get(owner, 0) + last - first + 1
+                self._runs_of.setdefault(owner, set()).add(first)
+        self.last_seen = {o: ts for o, ts in last_seen.items() if o in self._count}
+        self.intervals = {o: iv for o, iv in (intervals or {}).items() if o in self._count}
 
 
 def sticky_assignment(owners: Sequence[Owner | None], members: Sequence[Owner],

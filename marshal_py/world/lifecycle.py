@@ -6,17 +6,27 @@ is **Stable** while any member is live, **Empty** from the moment its last membe
 stale, and **Dead** once it has been Empty for longer than the offset retention: then all its
 offsets expire together (the rationalizer forgets the pair before applying the next record
 about it). A group consuming several topics is Stable when any of its pairs is.
+
+Cost: the rationalizer asks before every record about a pair whether one of its members went
+stale or the pair died. Each member's staleness deadline (last sign of life + 2 HI) sits in a
+min-heap, re-armed lazily: a sign of life only moves the member's time, and when its heap
+entry comes due the entry is pushed again at the member's current deadline. So the question
+costs one comparison with the heap's top (:attr:`GroupLife.due`) until a deadline passes, and
+a member costs O(log M) about once per 2 HI, whatever the group's size M.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+import heapq
+from dataclasses import dataclass
 
 from marshal_py.world.state import Owner
 
 #: Default offset retention: an Empty group's offsets live this long (Kafka's default too).
 DEFAULT_OFFSETS_RETENTION_MS = 7 * 24 * 3600 * 1000
+#: Later than any broker time.
+NEVER = 2**63
 
 
 class GroupState(enum.Enum):
@@ -46,83 +56,237 @@ class GroupLifecycle:
     intervals: tuple[int | None, ...] = ()
 
 
-@dataclass(slots=True)
 class GroupLife:
     """Members of one (group, topic) pair and when the pair last had one.
 
     ``members`` maps each tracked member to its last sign of life (broker time);
     ``capacities`` the most partitions it announced it would hold; ``intervals`` the
     heartbeat interval it announced (members that announced none — Go members, older
-    marshal_py versions — are judged by the reader's configured interval, the ``hi``
-    argument of the methods below); ``joined`` the first sign of life since it became
-    tracked. ``gone_at_ms`` is the latest time a member that is no longer tracked stopped
-    being live (it left, or went stale and was pruned). ``last_checkpoint_ms`` is the broker
-    time of the newest Checkpoint record of the pair; ``stable_since_ms`` when it last turned
-    Stable.
+    marshal_py versions — are judged by the reader's configured interval ``hi``); ``joined``
+    the first sign of life since it became tracked. ``gone_at_ms`` is the latest time a
+    member that is no longer tracked stopped being live (it left, or went stale and was
+    pruned). ``last_checkpoint_ms`` is the broker time of the newest Checkpoint record of the
+    pair; ``stable_since_ms`` when it last turned Stable.
+
+    ``hi`` (the configured interval of the group) and ``retention_ms`` are fixed for the
+    life of the object: every reader of the pair judges by the same ones.
     """
 
-    members: dict[Owner, int] = field(default_factory=dict)
-    capacities: dict[Owner, int] = field(default_factory=dict)
-    intervals: dict[Owner, int] = field(default_factory=dict)
-    joined: dict[Owner, int] = field(default_factory=dict)
-    gone_at_ms: int | None = None
-    last_checkpoint_ms: int | None = None
-    stable_since_ms: int | None = None
+    __slots__ = (
+        "_armed",
+        "_heap",
+        "_instances",
+        "_live_cache",
+        "_version",
+        "capacities",
+        "due",
+        "gone_at_ms",
+        "hi",
+        "intervals",
+        "joined",
+        "last_checkpoint_ms",
+        "members",
+        "retention_ms",
+        "shared",
+        "stable_since_ms",
+    )
+
+    def __init__(self, hi: int = 10_000,
+                 retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS) -> None:
+        self.members: dict[Owner, int] = {}
+        self.capacities: dict[Owner, int] = {}
+        self.intervals: dict[Owner, int] = {}
+        self.joined: dict[Owner, int] = {}
+        self.gone_at_ms: int | None = None
+        self.last_checkpoint_ms: int | None = None
+        self.stable_since_ms: int | None = None
+        self.hi = hi
+        self.retention_ms = retention_ms
+        #: Until this broker time (inclusive) no member goes stale and the pair cannot die:
+        #: :meth:`settle` has nothing to do. (Conservative: it may be earlier.)
+        self.due = NEVER
+        #: (deadline, member) entries; ``_armed[member]`` is the deadline of the member's one
+        #: live entry, never later than its true deadline (others are left-overs, skipped).
+        self._heap: list[tuple[int, Owner]] = []
+        self._armed: dict[Owner, int] = {}
+        #: Bumped whenever the set of members (or an interval) changes: keys ``_live_cache``.
+        self._version = 0
+        self._live_cache: tuple[int, list[Owner]] | None = None
+        #: Tracked instances per client id, and how many client ids have more than one (only
+        #: then does a sign of life change which instance :meth:`live` shows).
+        self._instances: dict[str, set[Owner]] = {}
+        self.shared = 0
+
+    def configure(self, hi: int, retention_ms: int) -> None:
+        """Judge by ``hi`` and ``retention_ms`` (a life read from a checkpoint)."""
+        self.hi, self.retention_ms = hi, retention_ms
+        self.rebuild()
+
+    # -- the deadline index ------------------------------------------------------------------
+
+    def deadline(self, member: Owner) -> int:
+        """The last broker time at which ``member`` is live."""
+        return self.members[member] + 2 * self.intervals.get(member, self.hi)
+
+    def _arm(self, member: Owner) -> None:
+        """(Re-)arm ``member`` at its deadline if that is earlier than its armed entry."""
+        deadline = self.deadline(member)
+        armed = self._armed.get(member)
+        if armed is None or deadline < armed:
+            self._armed[member] = deadline
+            heapq.heappush(self._heap, (deadline, member))
+            if deadline < self.due:
+                self.due = deadline
+
+    def _refresh_due(self) -> None:
+        if self._heap:
+            self.due = self._heap[0][0]
+        elif self.gone_at_ms is not None:
+            self.due = self.gone_at_ms + self.retention_ms
+        else:
+            self.due = NEVER
+
+    def rebuild(self) -> None:
+        """Index the members from scratch (after they were set from a checkpoint)."""
+        self._heap = sorted((self.deadline(m), m) for m in self.members)
+        self._armed = {m: d for d, m in self._heap}
+        self._instances = {}
+        for member in self.members:
+            self._instances.setdefault(member.client_id, set()).add(member)
+        self.shared = sum(1 for n in self._instances.values() if len(n) > 1)
+        self._version += 1
+        self._refresh_due()
+
+    def settle(self, now_ms: int) -> bool:
+        """Before a record at ``now_ms``: stop tracking the members stale by then, and say
+        whether the pair is Dead (Empty for longer than the retention), in which case the
+        caller forgets it. Only needed when ``now_ms > due``."""
+        heap, armed, members = self._heap, self._armed, self.members
+        while heap and heap[0][0] < now_ms:
+            entry, member = heapq.heappop(heap)
+            if armed.get(member) != entry:
+                continue  # a left-over: the member was forgotten or re-armed earlier
+            deadline = self.deadline(member)
+            if deadline < now_ms:
+                self._forget(member)
+                self.gone_at_ms = deadline if self.gone_at_ms is None \
+                    else max(self.gone_at_ms, deadline)
+            else:
+                armed[member] = deadline
+                heapq.heappush(heap, (deadline, member))
+        self._refresh_due()
+        # Every member left is live at ``now_ms``. With none, the pair turned Empty at
+        # ``gone_at_ms`` (the latest end of a member), so it is Dead past the retention.
+        return not members and self.gone_at_ms is not None and \
+            now_ms - self.gone_at_ms > self.retention_ms
+
+    # -- transitions -------------------------------------------------------------------------
 
     def interval_of(self, member: Owner, hi: int) -> int:
         """``member``'s heartbeat interval: the one it announced, else ``hi``."""
         return self.intervals.get(member, hi)
 
-    def _live_at(self, member: Owner, seen: int, now_ms: int, hi: int) -> bool:
-        return now_ms - seen <= 2 * self.intervals.get(member, hi)
-
-    def seen(self, member: Owner, ts: int, hi: int) -> None:
-        """``member`` showed a sign of life at ``ts``."""
-        if not any(self._live_at(m, seen, ts, hi) for m, seen in self.members.items()):
-            self.stable_since_ms = ts
-        if member not in self.members:
+    def seen(self, member: Owner, ts: int) -> None:
+        """``member`` showed a sign of life at ``ts`` (right after :meth:`settle` at ``ts``:
+        every tracked member is live then)."""
+        previous = self.members.get(member)
+        if previous is None:
+            if not self.members:
+                self.stable_since_ms = ts
             self.joined[member] = ts
+            self.members[member] = ts
+            instances = self._instances.setdefault(member.client_id, set())
+            instances.add(member)
+            if len(instances) == 2:
+                self.shared += 1
+            self._version += 1
+            self._arm(member)
+            return
         self.members[member] = ts
+        if ts < previous:  # a broker clock that went back: the deadline moved earlier
+            self._arm(member)
+        if self.shared:
+            self._live_cache = None  # which instance of a client was seen last may change
 
     def announced(self, member: Owner, interval_ms: int) -> None:
         """``member`` announced its heartbeat interval (0: none)."""
         if interval_ms > 0:
+            if self.intervals.get(member) == interval_ms:
+                return
             self.intervals[member] = interval_ms
-        else:
-            self.intervals.pop(member, None)
+        elif self.intervals.pop(member, None) is None:
+            return
+        self._version += 1
+        if member in self.members:
+            self._arm(member)
 
     def _forget(self, member: Owner) -> int | None:
         """Stop tracking ``member``; its last sign of life, or None if it was not tracked."""
         self.capacities.pop(member, None)
         self.intervals.pop(member, None)
         self.joined.pop(member, None)
-        return self.members.pop(member, None)
+        self._armed.pop(member, None)
+        seen = self.members.pop(member, None)
+        if seen is not None:
+            self._version += 1
+            instances = self._instances[member.client_id]
+            instances.discard(member)
+            if not instances:
+                del self._instances[member.client_id]
+            elif len(instances) == 1:
+                self.shared -= 1
+        return seen
 
     def left(self, member: Owner, ts: int) -> None:
         """``member`` announced it left at ``ts``."""
         if self._forget(member) is not None:
             self.gone_at_ms = ts if self.gone_at_ms is None else max(self.gone_at_ms, ts)
+            if not self.members:
+                self._refresh_due()
 
     def replaced(self, member: Owner) -> None:
         """A newer process of ``member``'s client took over: the old one is not a member."""
         self._forget(member)
 
-    def prune(self, now_ms: int, hi: int) -> None:
-        """Stop tracking members stale at ``now_ms`` (remembering when they went stale)."""
-        stale = [m for m, ts in self.members.items() if not self._live_at(m, ts, now_ms, hi)]
-        for member in stale:
-            gone = self.members[member] + 2 * self.interval_of(member, hi)
-            self._forget(member)
-            self.gone_at_ms = gone if self.gone_at_ms is None else max(self.gone_at_ms, gone)
+    def instances_of(self, client_id: str) -> list[Owner]:
+        """The tracked members (processes) of ``client_id``."""
+        return list(self._instances.get(client_id, ()))
+
+    def gone(self, ts: int) -> None:
+        """The pair's retention clock restarts at ``ts`` (an administrator's reset)."""
+        self.gone_at_ms = ts if self.gone_at_ms is None else max(self.gone_at_ms, ts)
+        if not self.members:
+            self._refresh_due()
+
+    def forget_live_view(self) -> None:
+        """A sign of life may change which instance of a client :meth:`live` shows."""
+        self._live_cache = None
+
+    # -- views -------------------------------------------------------------------------------
+
+    def _live_at(self, member: Owner, seen: int, now_ms: int, hi: int) -> bool:
+        return now_ms - seen <= 2 * self.intervals.get(member, hi)
 
     def live(self, now_ms: int, hi: int) -> list[Owner]:
         """Live members at ``now_ms``: one per client id (the one seen last), sorted."""
+        everyone = hi == self.hi and bool(self._heap) and now_ms <= self._heap[0][0] and \
+            len(self._armed) == len(self.members)
+        if everyone:
+            # No deadline before ``now_ms``: every tracked member is live, and which instance
+            # of a client was seen last changes only with a new sign of life.
+            cached = self._live_cache
+            if cached is not None and cached[0] == self._version:
+                return list(cached[1])
         newest: dict[str, tuple[int, Owner]] = {}
         for member, ts in self.members.items():
             if self._live_at(member, ts, now_ms, hi) and (
                     member.client_id not in newest or (ts, member) > newest[member.client_id]):
                 newest[member.client_id] = (ts, member)
-        return sorted(member for _, member in newest.values())
+        found = sorted(member for _, member in newest.values())
+        if everyone:
+            self._live_cache = (self._version, found)
+            return list(found)
+        return found
 
     def empty_since(self, now_ms: int, hi: int) -> int | None:
         """When the pair turned Empty, or None while a member is live at ``now_ms``."""

@@ -14,6 +14,9 @@ was appended no later than the entry's record (its writer appends in sequence or
 passed the skew guard there, so ``s <= entry time + skew``. Hence an entry older than two
 skew bounds at a record's broker time can refuse nothing more, and is dropped, which keeps
 the table to the senders of the last few minutes. The table is part of checkpoints.
+
+Cost: the table remembers a lower bound of its entries' times, so the check for entries to
+drop is one comparison until the oldest one is due (then one pass over the table).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from marshal_py.world.state import Owner
+
+_UNKNOWN = -(2**63)
 
 
 @dataclass(slots=True)
@@ -36,11 +41,16 @@ class PairSequences:
 
     sequenced: bool = False
     last: dict[Owner, tuple[int, int]] = field(default_factory=dict)
+    #: No entry is older than this (unknown at first: entries may be set directly).
+    _oldest: int = field(default=_UNKNOWN, init=False, repr=False, compare=False)
 
     def forget_older_than(self, horizon_ms: int) -> None:
         """Drop the entries whose broker time is before ``horizon_ms``."""
+        if horizon_ms <= self._oldest:
+            return
         for sender in [s for s, (_, ts) in self.last.items() if ts < horizon_ms]:
             del self.last[sender]
+        self._oldest = min((ts for _, ts in self.last.values()), default=2**63)
 
     def replayed(self, sender: Owner, seq: int) -> int | None:
         """The last accepted number of ``sender`` when ``seq`` is not above it, else None."""
@@ -51,6 +61,8 @@ class PairSequences:
         """``sender``'s record numbered ``seq`` was accepted at broker time ``ts``."""
         self.last[sender] = (seq, ts)
         self.sequenced = True
+        if ts < self._oldest:
+            self._oldest = ts
 
     def is_empty(self) -> bool:
         """Nothing to remember (a pair that never saw a version 3 record)."""

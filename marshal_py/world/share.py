@@ -6,16 +6,24 @@ Records before the share-partition start offset (SPSO) are done; records from th
 share-partition end offset (SPEO) on were never acquired. In between are the in-flight
 records, each Available, Acquired (by one member, until its lock expires), Acknowledged or
 Archived, with a delivery count. Time is the broker timestamp of the record being applied.
+
+Members acquire and acknowledge records in ranges, so the state is kept as *runs*: maximal
+ranges of consecutive stored records in the same state (same delivery count, holder, lock,
+...). A message costs a few operations per run it touches, not per offset: a share record
+applies in microseconds whether it names one offset or ten thousand, and however many records
+are in flight. The views still show one :class:`InFlightRecord` per offset.
 """
 
 from __future__ import annotations
 
 import enum
 import heapq
-from collections.abc import Iterable
+from bisect import bisect_right
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from marshal_py.protocol.ranges import OffsetRange, offsets_in, ranges_of
+from marshal_py.protocol.ranges import OffsetRange
 from marshal_py.world.state import Owner
 
 
@@ -31,17 +39,11 @@ class RecordState(enum.Enum):
     DEAD_LETTER = "dead_letter"
 
 
-@dataclass(slots=True)
-class _Record:
-    state: RecordState
-    delivery_count: int
-    holder: Owner | None = None
-    lock_expiry_ms: int | None = None
-    #: Acquired to be dead-lettered, not delivered.
-    duty: bool = False
-    #: Dead-letter records: broker time it became owed; how often the duty was acquired.
-    owed_since_ms: int | None = None
-    duties: int = 0
+_AVAILABLE = RecordState.AVAILABLE
+_ACQUIRED = RecordState.ACQUIRED
+_ACKNOWLEDGED = RecordState.ACKNOWLEDGED
+_ARCHIVED = RecordState.ARCHIVED
+_DEAD_LETTER = RecordState.DEAD_LETTER
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +64,7 @@ class InFlightRecord:
     duties: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class ShareResult:
+class ShareResult(NamedTuple):
     """What one share message did: the offsets it applied to and those it could not."""
 
     applied: tuple[OffsetRange, ...]
@@ -71,15 +72,21 @@ class ShareResult:
     archived: tuple[OffsetRange, ...] = ()
 
 
+#: A stored record's state: (state, delivery count, holder, lock expiry, duty, owed since,
+#: duties). Runs are (first, last, *state).
+State = tuple[RecordState, int, "Owner | None", "int | None", bool, "int | None", int]
+Run = tuple[int, int, RecordState, int, "Owner | None", "int | None", bool, "int | None", int]
+#: A piece of a range: (first, last, stored state or None where nothing is stored).
+Piece = tuple[int, int, "State | None"]
+
 #: What the holder may say of a delivery, and of a dead-letter duty.
 _DELIVERY_ACKS = frozenset({"accept", "release", "reject", "gap"})
 _DUTY_ACKS = frozenset({"dead-lettered", "gap", "release"})
+_DONE = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
 
 
 def _clip(ranges: Iterable[OffsetRange], low: int, high: int) -> tuple[list[OffsetRange], int]:
-    """The parts of ``ranges`` inside [low, high), and how many offsets fell outside.
-
-    Work is then bounded by the window, however large a range a record names."""
+    """The parts of ``ranges`` inside [low, high), and how many offsets fell outside."""
     inside: list[OffsetRange] = []
     outside = 0
     for first, last in ranges:
@@ -91,6 +98,14 @@ def _clip(ranges: Iterable[OffsetRange], low: int, high: int) -> tuple[list[Offs
         else:
             outside += size
     return inside, outside
+
+
+def _join(ranges: list[OffsetRange], first: int, last: int) -> None:
+    """Append [first, last] to ascending ``ranges``, merging with the last one if adjacent."""
+    if ranges and ranges[-1][1] + 1 == first:
+        ranges[-1] = (ranges[-1][0], last)
+    else:
+        ranges.append((first, last))
 
 
 class SharePartition:
@@ -119,164 +134,246 @@ class SharePartition:
         #: Offsets whose delivery attempts ran out (archived, or owed a dead letter), in the
         #: order it happened; a diagnostic of this replay, not kept in checkpoints.
         self.exhausted: list[int] = []
-        self._records: dict[int, _Record] = {}
-        #: Lock deadlines as a min-heap of (expiry, first, last): one entry per range acquired
-        #: or renewed at once, so :meth:`expire` costs nothing until a lock is due, however
-        #: many records are in flight. Entries go stale (the records were acknowledged,
-        #: released or renewed since); :meth:`expire` checks each against the record.
+        #: The stored records as disjoint runs, ascending; ``_firsts`` their first offsets.
+        #: An offset in no run has no stored record (Available, never delivered).
+        self._runs: list[Run] = []
+        self._firsts: list[int] = []
+        #: Lock deadlines as a min-heap of (expiry, first, last): one entry per range locked at
+        #: once, so :meth:`expire` costs nothing until a lock is due. Entries go stale (the
+        #: records were acknowledged, released or renewed since): each is checked.
         self._locks: list[tuple[int, int, int]] = []
+
+    # -- runs -----------------------------------------------------------------------------------
+
+    def _pieces(self, x: int, y: int) -> tuple[int, int, list[Piece]]:
+        """[x, y] cut where runs begin and end: the pieces, and the slice of ``_runs`` that
+        overlaps it."""
+        runs, firsts = self._runs, self._firsts
+        i = bisect_right(firsts, x) - 1
+        if i < 0 or runs[i][1] < x:
+            i += 1
+        j, n = i, len(runs)
+        pieces: list[Piece] = []
+        at = x
+        while at <= y:
+            if j < n and runs[j][0] <= at:
+                run = runs[j]
+                end = run[1] if run[1] < y else y
+                pieces.append((at, end, run[2:]))
+                j += 1
+            else:
+                end = y if j >= n or runs[j][0] > y else runs[j][0] - 1
+                pieces.append((at, end, None))
+            at = end + 1
+        return i, j, pieces
+
+    def _write(self, i: int, j: int, x: int, y: int, pieces: list[Piece]) -> None:
+        """Replace ``_runs[i:j]`` (the runs overlapping [x, y]) by ``pieces`` (None: nothing
+        stored there), keeping what those runs held outside [x, y]; merge equal neighbours."""
+        runs = self._runs
+        new: list[Run] = []
+        if i < j and runs[i][0] < x:
+            new.append((runs[i][0], x - 1, *runs[i][2:]))
+        for first, last, state in pieces:
+            if state is not None:
+                new.append((first, last, *state))
+        if i < j and runs[j - 1][1] > y:
+            new.append((y + 1, runs[j - 1][1], *runs[j - 1][2:]))
+        if i > 0:
+            i -= 1
+            new.insert(0, runs[i])
+        if j < len(runs):
+            new.append(runs[j])
+            j += 1
+        merged: list[Run] = []
+        for run in new:
+            if merged and merged[-1][1] + 1 == run[0] and merged[-1][2:] == run[2:]:
+                merged[-1] = (merged[-1][0], run[1], *run[2:])
+            else:
+                merged.append(run)
+        runs[i:j] = merged
+        self._firsts[i:j] = [run[0] for run in merged]
+
+    def _change(self, x: int, y: int,
+                step: Callable[[int, int, State | None], State | None]) -> None:
+        """Give each piece of [x, y] the state ``step(first, last, state)`` returns."""
+        i, j, pieces = self._pieces(x, y)
+        self._write(i, j, x, y, [(a, b, step(a, b, s)) for a, b, s in pieces])
+
+    def _state_at(self, offset: int) -> State | None:
+        i = bisect_right(self._firsts, offset) - 1
+        if i >= 0 and self._runs[i][1] >= offset:
+            return self._runs[i][2:]
+        return None
 
     # -- transitions -------------------------------------------------------------------------
 
     def reset(self, start_offset: int) -> None:
         """Start over at ``start_offset``: in-flight state and delivery counts are discarded."""
         self.spso = self.speo = start_offset
-        self._records.clear()
+        self._runs.clear()
+        self._firsts.clear()
         self._locks.clear()
 
     def expire(self, now_ms: int) -> tuple[OffsetRange, ...]:
         """Locks that elapsed by ``now_ms`` end their delivery attempt (in offset order);
         return them."""
         locks = self._locks
-        due: set[int] = set()
+        if not locks or locks[0][0] > now_ms:
+            self._advance()
+            return ()
+        due: list[OffsetRange] = []
         while locks and locks[0][0] <= now_ms:
             expiry, first, last = heapq.heappop(locks)
-            for offset in range(first, last + 1):
-                record = self._records.get(offset)
-                if (record is not None and record.state is RecordState.ACQUIRED
-                        and record.lock_expiry_ms == expiry):
-                    due.add(offset)
-        expired = sorted(due)
-        for offset in expired:
-            record = self._records[offset]
-            assert record.lock_expiry_ms is not None
-            self._end_attempt(offset, record, record.lock_expiry_ms)
+            for a, b, state in self._pieces(first, last)[2]:
+                if state is not None and state[0] is _ACQUIRED and state[3] == expiry:
+                    due.append((a, b))
+        due.sort()
+        expired: list[OffsetRange] = []
+        for a, b in due:
+            if expired and a <= expired[-1][1]:  # the same records under two entries
+                if b <= expired[-1][1]:
+                    continue
+                a = expired[-1][1] + 1
+            _join(expired, a, b)
+            self._change(a, b, self._elapse)
         self._advance()
-        return ranges_of(expired)
+        return tuple(expired)
 
-    def _lock(self, offsets: list[int], expiry_ms: int) -> None:
-        for first, last in ranges_of(offsets):
-            heapq.heappush(self._locks, (expiry_ms, first, last))
+    def _elapse(self, first: int, last: int, state: State | None) -> State | None:
+        assert state is not None and state[3] is not None
+        return self._end_attempt(first, last, state, state[3])[0]
 
     def acquire(self, owner: Owner, ranges: Iterable[OffsetRange], lock_ms: int,
                 now_ms: int) -> ShareResult:
         """Acquire the Available records of ``ranges``; the rest of the request is void."""
-        granted: list[int] = []
+        granted: list[OffsetRange] = []
         inside, ignored = _clip(ranges, self.spso, self.spso + self.inflight_limit)
-        for offset in offsets_in(inside):
-            record = self._records.get(offset)
-            if record is not None and record.state is RecordState.DEAD_LETTER:
-                self._records[offset] = _Record(
-                    RecordState.ACQUIRED, record.delivery_count, owner, now_ms + lock_ms,
-                    duty=True, owed_since_ms=record.owed_since_ms, duties=record.duties + 1)
-                granted.append(offset)
-                continue
-            if record is not None and record.state is not RecordState.AVAILABLE:
-                ignored += 1
-                continue
-            count = (record.delivery_count if record is not None else 0) + 1
-            self._records[offset] = _Record(RecordState.ACQUIRED, count, owner, now_ms + lock_ms)
-            self.speo = max(self.speo, offset + 1)
-            granted.append(offset)
-        self._lock(granted, now_ms + lock_ms)
-        return ShareResult(ranges_of(granted), ignored)
+        expiry = now_ms + lock_ms
+        for x, y in inside:
+            i, j, pieces = self._pieces(x, y)
+            out: list[Piece] = []
+            for a, b, state in pieces:
+                if state is not None and state[0] is _DEAD_LETTER:
+                    out.append((a, b, (_ACQUIRED, state[1], owner, expiry, True, state[5],
+                                       state[6] + 1)))
+                elif state is not None and state[0] is not _AVAILABLE:
+                    ignored += b - a + 1
+                    out.append((a, b, state))
+                    continue
+                else:
+                    count = (state[1] if state is not None else 0) + 1
+                    out.append((a, b, (_ACQUIRED, count, owner, expiry, False, None, 0)))
+                    if b + 1 > self.speo:
+                        self.speo = b + 1
+                _join(granted, a, b)
+            self._write(i, j, x, y, out)
+        for first, last in granted:
+            heapq.heappush(self._locks, (expiry, first, last))
+        return ShareResult(tuple(granted), ignored)
 
     def acknowledge(self, owner: Owner, ranges: Iterable[OffsetRange], kind: str,
                     now_ms: int) -> ShareResult:
         """Accept, release, reject, gap or dead-letter records ``owner`` holds under a live
         lock (a dead-letter duty takes only dead-lettered, gap and release; a delivery all
         but dead-lettered)."""
-        done: list[int] = []
-        archived: list[int] = []
+        done: list[OffsetRange] = []
+        archived: list[OffsetRange] = []
         inside, ignored = _clip(ranges, self.spso, self.speo)
-        for offset in offsets_in(inside):
-            record = self._held(owner, offset, now_ms)
-            if record is None or kind not in (_DUTY_ACKS if record.duty else _DELIVERY_ACKS):
-                ignored += 1
-                continue
-            done.append(offset)
-            if record.duty:
-                if kind == "release":
-                    self._owe(offset, record, record.owed_since_ms)
+        for x, y in inside:
+            i, j, pieces = self._pieces(x, y)
+            out: list[Piece] = []
+            for a, b, state in pieces:
+                if not self._holds(owner, state, now_ms) or \
+                        kind not in (_DUTY_ACKS if state[4] else _DELIVERY_ACKS):  # type: ignore[index]
+                    ignored += b - a + 1
+                    out.append((a, b, state))
+                    continue
+                assert state is not None
+                _join(done, a, b)
+                count = state[1]
+                if state[4]:  # a duty
+                    if kind == "release":
+                        out.append((a, b, (_DEAD_LETTER, count, None, None, False, state[5],
+                                           state[6])))
+                    else:
+                        out.append((a, b, (_ARCHIVED, count, None, None, False, None, 0)))
+                elif kind == "accept":
+                    out.append((a, b, (_ACKNOWLEDGED, count, None, None, False, None, 0)))
+                elif kind == "gap":  # no record there: done, and the acquisition was no delivery
+                    out.append((a, b, (_ARCHIVED, count - 1, None, None, False, None, 0)))
+                elif kind == "reject":
+                    out.append((a, b, (_ARCHIVED, count, None, None, False, None, 0)))
+                    _join(archived, a, b)
                 else:
-                    self._records[offset] = _Record(RecordState.ARCHIVED, record.delivery_count)
-                continue
-            if kind == "accept":
-                self._records[offset] = _Record(RecordState.ACKNOWLEDGED, record.delivery_count)
-            elif kind == "gap":  # no record there: done, and the acquisition was no delivery
-                self._records[offset] = _Record(RecordState.ARCHIVED, record.delivery_count - 1)
-            elif kind == "reject":
-                self._records[offset] = _Record(RecordState.ARCHIVED, record.delivery_count)
-                archived.append(offset)
-            elif self._end_attempt(offset, record, now_ms):
-                archived.append(offset)
+                    new, exhausted = self._end_attempt(a, b, state, now_ms)
+                    out.append((a, b, new))
+                    if exhausted:
+                        _join(archived, a, b)
+            self._write(i, j, x, y, out)
         self._advance()
-        return ShareResult(ranges_of(done), ignored, ranges_of(archived))
+        return ShareResult(tuple(done), ignored, tuple(archived))
 
     def renew(self, owner: Owner, ranges: Iterable[OffsetRange], lock_ms: int,
               now_ms: int) -> ShareResult:
         """Extend ``owner``'s live locks on ``ranges`` to ``now_ms + lock_ms``."""
-        renewed: list[int] = []
+        renewed: list[OffsetRange] = []
         inside, ignored = _clip(ranges, self.spso, self.speo)
-        for offset in offsets_in(inside):
-            record = self._held(owner, offset, now_ms)
-            if record is None:
-                ignored += 1
-                continue
-            record.lock_expiry_ms = now_ms + lock_ms
-            renewed.append(offset)
-        self._lock(renewed, now_ms + lock_ms)
-        return ShareResult(ranges_of(renewed), ignored)
+        expiry = now_ms + lock_ms
+        for x, y in inside:
+            i, j, pieces = self._pieces(x, y)
+            out: list[Piece] = []
+            for a, b, state in pieces:
+                if not self._holds(owner, state, now_ms):
+                    ignored += b - a + 1
+                    out.append((a, b, state))
+                    continue
+                assert state is not None
+                out.append((a, b, (state[0], state[1], state[2], expiry, *state[4:])))
+                _join(renewed, a, b)
+            self._write(i, j, x, y, out)
+        for first, last in renewed:
+            heapq.heappush(self._locks, (expiry, first, last))
+        return ShareResult(tuple(renewed), ignored)
 
-    def _held(self, owner: Owner, offset: int, now_ms: int) -> _Record | None:
-        record = self._records.get(offset)
-        if (record is None or record.state is not RecordState.ACQUIRED
-                or record.holder != owner or record.lock_expiry_ms is None
-                or record.lock_expiry_ms <= now_ms):
-            return None
-        return record
+    @staticmethod
+    def _holds(owner: Owner, state: State | None, now_ms: int) -> bool:
+        """Does ``owner`` hold records in ``state`` under a live lock at ``now_ms``?"""
+        return (state is not None and state[0] is _ACQUIRED and state[2] == owner
+                and state[3] is not None and state[3] > now_ms)
 
-    def _end_attempt(self, offset: int, record: _Record, now_ms: int) -> bool:
-        """Release (at ``now_ms``) or lock expiry (``now_ms``: the lock's expiry): Available
-        again; at the limit, Dead-letter (when the share-partition dead-letters) or Archived
-        (True). A duty ends Dead-letter again."""
-        if record.duty:
-            self._owe(offset, record, record.owed_since_ms)
-            return False
-        if record.delivery_count >= self.delivery_limit:
-            self.exhausted.append(offset)
+    def _end_attempt(self, first: int, last: int, state: State,
+                     now_ms: int) -> tuple[State, bool]:
+        """Release (at ``now_ms``) or lock expiry (``now_ms``: the lock's expiry) of records
+        [first, last] in ``state``: Available again; at the limit, Dead-letter (when the
+        share-partition dead-letters) or Archived (True). A duty ends Dead-letter again."""
+        count = state[1]
+        if state[4]:
+            return (_DEAD_LETTER, count, None, None, False, state[5], state[6]), False
+        if count >= self.delivery_limit:
+            self.exhausted.extend(range(first, last + 1))
             if self.dead_letter_topic:
-                self._owe(offset, record, now_ms)
-            else:
-                self._records[offset] = _Record(RecordState.ARCHIVED, record.delivery_count)
-            return True
-        self._records[offset] = _Record(RecordState.AVAILABLE, record.delivery_count)
-        return False
-
-    def _owe(self, offset: int, record: _Record, since_ms: int | None) -> None:
-        self._records[offset] = _Record(RecordState.DEAD_LETTER, record.delivery_count,
-                                        owed_since_ms=since_ms, duties=record.duties)
+                return (_DEAD_LETTER, count, None, None, False, now_ms, state[6]), True
+            return (_ARCHIVED, count, None, None, False, None, 0), True
+        return (_AVAILABLE, count, None, None, False, None, 0), False
 
     def _advance(self) -> None:
+        runs = self._runs
         while self.spso < self.speo:
-            record = self._records.get(self.spso)
-            if record is None or record.state not in (RecordState.ACKNOWLEDGED,
-                                                      RecordState.ARCHIVED):
+            i = bisect_right(self._firsts, self.spso) - 1
+            if i < 0 or runs[i][1] < self.spso or runs[i][2] not in _DONE:
                 break
-            del self._records[self.spso]
-            self.spso += 1
+            end = min(runs[i][1], self.speo - 1)
+            self._write(i, i + 1, self.spso, end, [(self.spso, end, None)])
+            self.spso = end + 1
 
     # -- checkpoints -------------------------------------------------------------------------
 
     def stored_records(self) -> list[InFlightRecord]:
         """The records the state machine stores (in-flight records it has seen change), in
         offset order: with SPSO, SPEO and the limits, the whole state (for checkpoints)."""
-        return [self._view(o, r) for o, r in sorted(self._records.items())]
-
-    @staticmethod
-    def _view(offset: int, r: _Record) -> InFlightRecord:
-        return InFlightRecord(offset, r.state, r.delivery_count, r.holder, r.lock_expiry_ms,
-                              r.duty, r.owed_since_ms, r.duties)
+        return [InFlightRecord(offset, *run[2:])
+                for run in self._runs for offset in range(run[0], run[1] + 1)]
 
     @classmethod
     def restored(cls, spso: int, speo: int, delivery_limit: int, inflight_limit: int,
@@ -285,57 +382,78 @@ class SharePartition:
         """A share-partition in exactly the state :meth:`stored_records` described."""
         share = cls(spso, delivery_limit, inflight_limit, dead_letter_topic)
         share.speo = speo
-        locked: dict[int, list[int]] = {}
+        stored: dict[int, State] = {}
         for r in records:
-            share._records[r.offset] = _Record(r.state, r.delivery_count, r.holder,
-                                               r.lock_expiry_ms, r.duty, r.owed_since_ms,
-                                               r.duties)
-            if r.state is RecordState.ACQUIRED and r.lock_expiry_ms is not None:
-                locked.setdefault(r.lock_expiry_ms, []).append(r.offset)
-        for expiry_ms, offsets in sorted(locked.items()):
-            share._lock(offsets, expiry_ms)
+            stored[r.offset] = (r.state, r.delivery_count, r.holder, r.lock_expiry_ms, r.duty,
+                                r.owed_since_ms, r.duties)
+        runs: list[Run] = []
+        for offset in sorted(stored):
+            state = stored[offset]
+            if runs and runs[-1][1] + 1 == offset and runs[-1][2:] == state:
+                runs[-1] = (runs[-1][0], offset, *state)
+            else:
+                runs.append((offset, offset, *state))
+        share._runs = runs
+        share._firsts = [run[0] for run in runs]
+        locked: dict[int, list[OffsetRange]] = {}
+        for run in runs:
+            if run[2] is _ACQUIRED and run[5] is not None:
+                _join(locked.setdefault(run[5], []), run[0], run[1])
+        for expiry_ms, ranges in sorted(locked.items()):
+            for first, last in ranges:
+                heapq.heappush(share._locks, (expiry_ms, first, last))
         return share
 
     # -- views -------------------------------------------------------------------------------
 
+    def _window(self, now_ms: int | None) -> list[tuple[int, int, InFlightRecord]]:
+        """[SPSO, SPEO) as runs of one view each: (first, last, view of ``first``)."""
+        out: list[tuple[int, int, InFlightRecord]] = []
+        if self.spso >= self.speo:
+            return out
+        for a, b, state in self._pieces(self.spso, self.speo - 1)[2]:
+            view = (InFlightRecord(a, _AVAILABLE, 0, None, None) if state is None
+                    else InFlightRecord(a, *state))
+            if (now_ms is not None and view.state is _ACQUIRED
+                    and view.lock_expiry_ms is not None and view.lock_expiry_ms <= now_ms):
+                view = self._elapsed_view(view)
+            out.append((a, b, view))
+        return out
+
     def in_flight(self, now_ms: int | None = None) -> list[InFlightRecord]:
         """Every record in [SPSO, SPEO), in offset order; with ``now_ms``, locks elapsed by
         then are shown as they will be once the next record applies them."""
-        out = []
-        for offset in range(self.spso, self.speo):
-            record = self._records.get(offset) or _Record(RecordState.AVAILABLE, 0)
-            view = self._view(offset, record)
-            expiry = record.lock_expiry_ms
-            if (now_ms is not None and record.state is RecordState.ACQUIRED
-                    and expiry is not None and expiry <= now_ms):
-                view = self._elapsed_view(view, now_ms)
-            out.append(view)
+        out: list[InFlightRecord] = []
+        for a, b, view in self._window(now_ms):
+            rest = (view.state, view.delivery_count, view.holder, view.lock_expiry_ms, view.duty,
+                    view.owed_since_ms, view.duties)
+            out += [InFlightRecord(offset, *rest) for offset in range(a, b + 1)]
         return out
 
-    def _elapsed_view(self, view: InFlightRecord, now_ms: int) -> InFlightRecord:
-        """What an Acquired record whose lock elapsed by ``now_ms`` becomes."""
+    def _elapsed_view(self, view: InFlightRecord) -> InFlightRecord:
+        """What an Acquired record whose lock elapsed becomes."""
         if view.duty:
-            return InFlightRecord(view.offset, RecordState.DEAD_LETTER, view.delivery_count,
-                                  None, None, False, view.owed_since_ms, view.duties)
+            return InFlightRecord(view.offset, _DEAD_LETTER, view.delivery_count, None, None,
+                                  False, view.owed_since_ms, view.duties)
         if view.delivery_count < self.delivery_limit:
-            return InFlightRecord(view.offset, RecordState.AVAILABLE, view.delivery_count,
-                                  None, None)
+            return InFlightRecord(view.offset, _AVAILABLE, view.delivery_count, None, None)
         if self.dead_letter_topic:
-            return InFlightRecord(view.offset, RecordState.DEAD_LETTER, view.delivery_count,
-                                  None, None, False, view.lock_expiry_ms, view.duties)
-        return InFlightRecord(view.offset, RecordState.ARCHIVED, view.delivery_count, None,
-                              None)
+            return InFlightRecord(view.offset, _DEAD_LETTER, view.delivery_count, None, None,
+                                  False, view.lock_expiry_ms, view.duties)
+        return InFlightRecord(view.offset, _ARCHIVED, view.delivery_count, None, None)
 
     def record(self, offset: int) -> InFlightRecord:
         """One record's state (Archived below the SPSO, Available from the SPEO on)."""
         if offset < self.spso:
-            return InFlightRecord(offset, RecordState.ARCHIVED, 0, None, None)
-        record = self._records.get(offset) or _Record(RecordState.AVAILABLE, 0)
-        return self._view(offset, record)
+            return InFlightRecord(offset, _ARCHIVED, 0, None, None)
+        state = self._state_at(offset)
+        if state is None:
+            return InFlightRecord(offset, _AVAILABLE, 0, None, None)
+        return InFlightRecord(offset, *state)
 
     def counts(self, now_ms: int | None = None) -> dict[RecordState, int]:
         """How many in-flight records are in each state."""
         counts = dict.fromkeys(RecordState, 0)
-        for record in self.in_flight(now_ms):
-            counts[record.state] += 1
+        for a, b, view in self._window(now_ms):
+            counts[view.state] += b - a + 1
         return counts

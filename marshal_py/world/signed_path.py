@@ -1,0 +1,175 @@
+"""The fast path of signed records (``Signed/3``) about authenticated groups. Pure.
+
+A signed record of an authenticated group must pass the same checks whichever way it is
+read: its MAC, the skew between its own time and its broker time, its placement, the
+checkpoint boundary, and the replay guard (PROTOCOL.md, authenticated groups). The general
+path decodes the wrapper and the message into objects first; this one reads the common
+messages (the base messages in their original form, MemberHeartbeat) straight from the
+bytes, checks the MAC with one HMAC over the bytes, and hands the message to the same rules.
+
+It only ever *accepts*: when anything is unusual (another wrapper or message version, a
+field the codec would read differently, a key id the group does not hold, a MAC that does
+not match, a skew too large, a misplaced record, one below a checkpoint), it returns -1
+before changing any state, and the general path reads the record and says what is wrong.
+The one refusal it gives itself is the replay guard's, exactly as the general path does.
+"""
+
+from __future__ import annotations
+
+import binascii
+import hashlib
+import hmac
+from typing import TYPE_CHECKING
+
+from marshal_py.protocol.auth import MAC_CHARS
+from marshal_py.protocol.messages import MAX_ANNOUNCED_INTERVAL_MS
+from marshal_py.world.sequences import PairSequences, sequence_refusal
+from marshal_py.world.verdicts import NOT_OWNER, REJECTED
+
+if TYPE_CHECKING:
+    from marshal_py.world.engine import Core
+    from marshal_py.world.pairs import Route
+
+#: base64 -> base64url.
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
+def natural(raw: bytes) -> bool:
+    """Is ``raw`` a canonical non-negative decimal the fast paths may read (at most 18
+    digits, so within int64)?"""
+    return raw.isdigit() and len(raw) < 19 and (raw[0] != 48 or len(raw) == 1)
+
+
+def member_fields(version: bytes, rest: bytes) -> tuple[bytes, bool, int, int] | None:
+    """The route key, active flag, capacity and announced interval of a MemberHeartbeat
+    (version 2 or 3, nothing escaped) from the part after its sent-at field; None when the
+    codec must read it."""
+    if version == b"3":
+        fields = rest.rsplit(b"/", 3)
+        if len(fields) != 4 or not natural(fields[3]):
+            return None
+        interval = int(fields[3])
+        if interval > MAX_ANNOUNCED_INTERVAL_MS:
+            return None
+    elif version == b"2":
+        fields = rest.rsplit(b"/", 2)
+        if len(fields) != 3:
+            return None
+        interval = 0
+    else:
+        return None
+    active, capacity = fields[1], fields[2]
+    if active != b"1" and active != b"0":
+        return None
+    if capacity == b"-1":
+        cap = -1
+    elif natural(capacity):
+        cap = int(capacity)
+    else:
+        return None
+    return fields[0], active == b"1", cap, interval
+
+
+#: Key id bytes -> for each of its secrets, the HMAC's inner and outer SHA-256 states, the
+#: inner one already fed the version 3 MAC input's fixed start.
+Macs = dict[bytes, list[tuple["hashlib._Hash", "hashlib._Hash"]]]
+_BLOCK = 64  # SHA-256's block size
+
+
+def mac_keys(keys: tuple[tuple[str, bytes], ...]) -> Macs:
+    """(key id, secret) pairs -> the keyed HMAC-SHA256 states (RFC 2104) of each key id.
+
+    Copying two keyed hash states per record costs about half of what keying an HMAC (or
+    copying a :class:`hmac.HMAC`) does; the MAC is the same."""
+    table: Macs = {}
+    for key_id, secret in keys:
+        raw_id = key_id.encode("utf-8")
+        if len(secret) > _BLOCK:
+            secret = hashlib.sha256(secret).digest()
+        padded = secret.ljust(_BLOCK, b"\0")
+        inner = hashlib.sha256(bytes(b ^ 0x36 for b in padded))
+        inner.update(b"marshal-signed-v3\n" + raw_id + b"\n")
+        outer = hashlib.sha256(bytes(b ^ 0x5C for b in padded))
+        table.setdefault(raw_id, []).append((inner, outer))
+    return table
+
+
+def _authentic(macs: Macs, raw_id: bytes, raw_seq: bytes, raw_mac: bytes, body: bytes) -> bool:
+    for keyed_inner, keyed_outer in macs.get(raw_id, ()):
+        inner = keyed_inner.copy()
+        inner.update(raw_seq + b"\n" + body)
+        outer = keyed_outer.copy()
+        outer.update(inner.digest())
+        digest = outer.digest()
+        expected = binascii.b2a_base64(digest, newline=False)[:MAC_CHARS].translate(_URLSAFE)
+        if hmac.compare_digest(expected, raw_mac):
+            return True
+    return False
+
+
+def apply_signed(core: Core, raw_id: bytes, rest: bytes, p: int, pos: int, ts: int) -> int:
+    """Apply a ``Signed/3/<raw_id>/<rest>`` record read at position ``pos`` of coordination
+    partition ``p`` at broker time ``ts``: its verdict code, or -1 (nothing changed) when the
+    general path must read it."""
+    fields = rest.split(b"/", 2)
+    if len(fields) != 3:
+        return -1
+    raw_seq, raw_mac, body = fields
+    if len(raw_mac) != MAC_CHARS or not natural(raw_seq):
+        return -1
+    parts = body.split(b"/", 3)
+    if len(parts) != 4 or not natural(parts[2]):
+        return -1
+    kind, version = parts[0], parts[1]
+    raw = b"0"
+    member: tuple[bytes, bool, int, int] | None = None
+    route: Route | None
+    if kind == b"Heartbeat" or kind == b"ReleasingPartition" or kind == b"ClaimingMessages":
+        key, _, raw = parts[3].rpartition(b"/")
+        if version != b"1" or not natural(raw):
+            return -1
+        route = core._routes.get(key) or core._route_of(key, True)
+    elif kind == b"ClaimingPartition":
+        if version != b"1":
+            return -1
+        route = core._routes.get(parts[3]) or core._route_of(parts[3], True)
+    elif kind == b"MemberHeartbeat":
+        member = member_fields(version, parts[3]) if b"%" not in body else None
+        if member is None:
+            return -1
+        route = core._member_routes.get(member[0]) or core._route_of(member[0], False)
+    else:
+        return -1
+    if route is None:
+        return -1
+    pair = route.pair
+    macs = pair.macs
+    if macs is None or route.home != p or pos < pair.before \
+            or abs(ts - int(parts[2]) * 1000) > core.config.auth_max_skew_ms \
+            or not _authentic(macs, raw_id, raw_seq, raw_mac, body):
+        return -1
+    # Authentic, in place, after the checkpoint: from here on the general path's steps.
+    core.signed_groups.add(pair.group)
+    sequences = pair.sequences
+    if sequences is None:
+        sequences = pair.sequences = PairSequences()
+    why = sequence_refusal(sequences, route.owner, int(raw_seq), ts,
+                           core.config.auth_max_skew_ms)
+    if why is not None:
+        core.rejected[pair.group] += 1
+        core._detail = why
+        return REJECTED
+    life = pair.life
+    if life is None or ts > life.due:
+        life = core._life(pair, ts)
+    if member is not None:
+        return core._membership(life, route.owner, ts, member[1], member[2], member[3])
+    if kind == b"ClaimingPartition":
+        return core._claim(route, life, ts)
+    if kind == b"Heartbeat":
+        if pair.claim(route.partition).owner != route.owner:
+            return NOT_OWNER
+        return core._heartbeat(route, life, ts, int(raw))
+    if kind == b"ReleasingPartition":
+        return core._release(route, ts, int(raw))
+    return core._messages(route, int(raw))

@@ -1,0 +1,1 @@
+"""The golden corpus: the rationalizer against a frozen copy of its earlier rules."""
