@@ -31,7 +31,7 @@ FAST_EXAMPLES_DIVISOR = 10
 HERE = Path(__file__).resolve().parent
 #: Directories whose tests need no broker and no real time: CPU-bound on one core, they run
 #: first, while the background jobs take the other.
-PURE = ("unit", "property", "simulation")
+PURE = ("unit", "property", "simulation", "golden")
 
 _BACKGROUND = pytest.StashKey[BackgroundJobs]()
 
