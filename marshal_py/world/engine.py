@@ -33,6 +33,7 @@ from marshal_py.protocol.auth import Signature, verify
 from marshal_py.protocol.codec import DecodeError, DecodeErrorKind, decode_signed
 from marshal_py.protocol.messages import (
     Checkpoint,
+    CheckpointChunk,
     ClaimingMessages,
     ClaimingPartition,
     CommittingTransaction,
@@ -362,6 +363,11 @@ class Core(Modes, ExclusiveRules):
         if isinstance(message, Checkpoint):
             life.last_checkpoint_ms = ts
             self._detail = f"state as of position {message.position}"
+            return CHECKPOINT
+        if isinstance(message, CheckpointChunk):
+            # Assembled by the log layer (PROTOCOL.md 11); here it changes nothing.
+            self._detail = (f"part {message.part + 1} of {message.parts} of the checkpoint "
+                            f"as of position {message.position}")
             return CHECKPOINT
         if not isinstance(message, PartitionMessage):
             return UNKNOWN_TYPE  # a registered extension this rationalizer does not interpret

@@ -1,8 +1,8 @@
 """Records the fast paths do not know go the general way, and get the frozen rules' verdicts.
 
-A hand-made log next to the generated corpus: an extension record this codec does not know
-(``CheckpointChunk``, as a newer marshal_py writes it; its readers assemble chunks below the
-rationalizer, so the rationalizer must only skip one it meets), plain and signed; records that
+A hand-made log next to the generated corpus: an extension record neither codec knows (as a
+newer marshal_py could write it: the rationalizer must only skip one it meets), plain and
+signed; records that
 look like the fast paths' but are not quite (another version, a type name sharing a prefix, a
 signed record with a key the group does not hold, a bad MAC, a replay, one misplaced). Each is
 replayed through the rationalizer and the frozen copy, compared after every record.
@@ -26,7 +26,9 @@ from tests.golden.test_golden_corpus import replay
 COORD = 3
 TOPIC = "t1"
 HOME = coordination_partition(TOPIC, COORD)
-CHUNK = ("CheckpointChunk/2/1700000000/i1/a/g1/t1/40/0/2/" + "ab" * 32 + "/{}").encode()
+#: An extension type of a future version (the frozen codec predates ``CheckpointChunk``, which
+#: the rationalizer now names: tests/unit/test_checkpoint_chunk_verdicts.py).
+CHUNK = ("FutureExtension/2/1700000000/i1/a/g1/t1/40/0/2/" + "ab" * 32 + "/{}").encode()
 
 
 def _log(values: list[tuple[int, bytes]]) -> GoldenLog:
