@@ -169,6 +169,7 @@ def _consume(marshaler: Any, topic: str, work_ms: float) -> dict[str, Any]:
     stats = consumer.stats
     distinct = sorted(set(delivered))
     repeated = sorted(o for o, n in Counter(delivered).items() if n > 1)
+    channel = consumer._engine.channel  # where this member's replay began, for evidence
     return {
         "delivered": len(delivered),
         "fetched": fetched[0],
@@ -177,6 +178,7 @@ def _consume(marshaler: Any, topic: str, work_ms: float) -> dict[str, Any]:
         "redelivered": redelivered,
         "offsets": format_ranges(ranges_of(distinct)) if distinct else "",
         "repeated": format_ranges(ranges_of(repeated)) if repeated else "",
+        "replay_starts": {str(p): s for p, s in channel.replay_starts.items()},
         "acquisitions": stats.acquisitions,
         "records_acquired": stats.records_acquired,
         "records_void": stats.records_void,
@@ -442,7 +444,7 @@ def _keep_evidence(tag: str, names: list[str], summaries: list[dict[str, Any]],
     path = Path(tempfile.gettempdir()) / f"marshal-bench-share-duplicates-{tag}.json"
     path.write_text(json.dumps({
         "members": {name: {k: s.get(k) for k in ("delivered", "distinct", "redelivered",
-                                                   "offsets", "repeated")}
+                                                   "offsets", "repeated", "replay_starts")}
                     for name, s in zip(names, summaries, strict=True)},
         "coordination_records": observer.journal,
     }, indent=1))

@@ -111,6 +111,9 @@ class CoordinationChannel:
                     start = start_from_checkpoints(self.log, self.rationalizer, partition,
                                                    self.group, topics, window_start,
                                                    index=self.index, floors=floors)
+                    log.debug("replaying %s partition %d for %s from %d (end %d, window from "
+                              "%d, floors %s)", self.log.topic, partition, self.group, start,
+                              ends[partition], window_start, floors)
                 self.replay_starts[partition] = start
             self._record_history(ends)
         self.catch_up()
