@@ -321,7 +321,8 @@ def index_not_authorized(config: KafkaLogConfig, operation: str) -> KafkaAuthori
     ``read``, ``write`` or ``create``)."""
     who = principal(config)
     name = config.index_name
-    holds = f"it keeps the layout of {config.topic!r}"
+    holds = (f"it keeps the layout of {config.topic!r} and where each group's records and "
+             "newest checkpoint are")
     if operation == "create":
         return KafkaAuthorizationError(
             f"not authorized to create the coordination index topic {name!r} as {who}: "

@@ -196,8 +196,10 @@ def test_a_principal_without_write_cannot_claim_and_is_told_why(
     finally:
         admin.close()
     assert not created["failed"]
-    expected = ("not authorized to write to the coordination topic '__marshal' as User:bob: "
-                "grant WRITE (and READ, DESCRIBE) on it")
+    # A member's first write is its group's History in the index topic (PROTOCOL.md 6).
+    expected = ("not authorized to write to the coordination index topic '__marshal-index' as "
+                "User:bob: grant WRITE (and READ, DESCRIBE) on it; it keeps the layout of "
+                "'__marshal' and where each group's records and newest checkpoint are")
     group = f"g-{uuid.uuid4().hex[:8]}"
     bob = broker.properties_path("bob")
     with Marshaler(broker.bootstrap_servers, group, "bob-1", HI, timeout=10,
@@ -240,7 +242,8 @@ def test_a_principal_without_acls_on_the_index_is_told_which_to_grant(
     assert not created["failed"]
     expected = ("not authorized to read the coordination index topic '__marshal-index' as "
                 "User:carol: grant READ and DESCRIBE (members and `marshal init` also WRITE) "
-                "on it; it keeps the layout of '__marshal'")
+                "on it; it keeps the layout of '__marshal' and where each group's records and "
+                "newest checkpoint are")
     carol = broker.properties_path("carol")
     with pytest.raises(KafkaAuthorizationError) as caught:
         Marshaler(broker.bootstrap_servers, "g", "carol-1", HI, timeout=10,

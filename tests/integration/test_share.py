@@ -636,5 +636,5 @@ def test_a_mistyped_mode_names_every_mode(cluster: ShareCluster) -> None:
         with pytest.raises(ConfigurationError, match=r"^mode must be one of 'alo', 'amo', 'eos', "
                            r"'share', 'key-shared', not 'shared'$"):
             m.consumer([cluster.topic], "shared")  # type: ignore[arg-type]
-        with pytest.raises(ConfigurationError, match=r"not 'key-shared'$"):
-            m.batch_member([cluster.topic], "key-shared")  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match=r"for a batch member, not 'eos'"):
+            m.batch_member([cluster.topic], "eos")  # type: ignore[arg-type]

@@ -273,7 +273,7 @@ def test_chunked_checkpoints_restore_exactly_and_torn_ones_are_skipped() -> None
     assert view.snapshot("orders.g", "orders") == w.full.snapshot("orders.g", "orders")
 
 
-def test_chunk_records_are_unknown_to_the_rationalizer_but_count_as_checkpoints() -> None:
+def test_chunked_checkpoints_are_named_by_the_rationalizer_and_count_as_checkpoints() -> None:
     w = World(partitions=64, max_value_bytes=1_500)
     a = w.member("orders.g", "a", checkpoint_interval_ms=2 * HI)
     w.run([a], 30)
