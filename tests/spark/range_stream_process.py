@@ -1,0 +1,62 @@
+"""A :func:`~marshal_py.spark.range_stream.read_stream` driver in its own process, for crash
+tests: reads the test topic with Spark's Kafka reader and writes every batch's (partition,
+offset) pairs to ``<out>/<tag>-<batch id>.json`` (to a temporary name, then renamed, so a
+kill -9 never leaves half a file).
+
+    python -m tests.spark.range_stream_process BOOTSTRAP CTOPIC GROUP TOPIC OUT TAG \\
+        [--follow] [--mode alo] [--max-per-batch 300] [--no-connector]
+
+Without ``--follow`` the stream reads what is available at its start and exits 0. A
+:class:`~marshal_py.errors.MarshalError` is printed as one line on stderr, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from marshal_py.errors import MarshalError
+from marshal_py.spark.range_stream import read_stream
+from marshal_py.spark.session import local_session
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    for name in ("bootstrap", "ctopic", "group", "topic", "out", "tag"):
+        parser.add_argument(name)
+    parser.add_argument("--follow", action="store_true")
+    parser.add_argument("--mode", default="alo")
+    parser.add_argument("--max-per-batch", default="300")
+    parser.add_argument("--no-connector", action="store_true")
+    args = parser.parse_args()
+    out = Path(args.out)
+    spark = local_session(f"range-stream-{args.tag}", kafka_connector=not args.no_connector,
+                          **{"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"})
+
+    def process(batch: Any, batch_id: int) -> None:
+        rows = [[r.partition, r.offset] for r in batch.select("partition", "offset").collect()]
+        tmp = out / f".{args.tag}-{batch_id}.tmp"
+        tmp.write_text(json.dumps(rows))
+        os.replace(tmp, out / f"{args.tag}-{batch_id:05d}.json")
+
+    options = {"bootstrap.servers": args.bootstrap, "coordination.topic": args.ctopic,
+               "group": args.group, "topics": args.topic, "mode": args.mode,
+               "client.id": "crash-stream", "heartbeat.interval": "1",
+               "offset.reset": "earliest", "maxRecordsPerTrigger": args.max_per_batch}
+    try:
+        with read_stream(spark, options, process) as stream:
+            stream.run(available_now=not args.follow, trigger_interval=0.1)
+    except MarshalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""``read_stream``: the driver coordinates, Spark's own Kafka reader reads (README, Spark).
+
+The crash tests run the stream in a process of its own (tests/spark/range_stream_process.py,
+a session with Spark's Kafka connector), kill it with SIGKILL mid-run and start it again.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from marshal_py.spark.connector import KafkaConnectorMissingError
+from marshal_py.spark.range_stream import read_stream
+from tests.integration.consumer_support import Cluster, wait_for
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).parents[2]
+
+
+def delivered(out: Path) -> list[tuple[int, int]]:
+    rows: list[tuple[int, int]] = []
+    for path in sorted(out.glob("*.json")):
+        rows.extend((p, o) for p, o in json.loads(path.read_text()))
+    return rows
+
+
+def kill_mid_run_then_restart(world: Cluster, tmp_path: Path, mode: str) -> Path:
+    """Run a stream in ``mode`` until it wrote 3 batches, SIGKILL it, run it again until it
+    has read what is available; return the directory of the batches written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [sys.executable, "-m", "tests.spark.range_stream_process", world.bootstrap,
+            world.ctopic, world.group, world.topic, str(out)]
+    with open(tmp_path / "run1.err", "wb") as err:
+        first = subprocess.Popen([*argv, "run1", "--follow", "--mode", mode,
+                                  "--max-per-batch", "100"],
+                                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        wait_for(lambda: len(list(out.glob("run1-*.json"))) >= 3, 180,
+                 "the first run to write 3 batches",
+                 describe=lambda: (tmp_path / "run1.err").read_text()[-2000:])
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    second = subprocess.run([*argv, "run2", "--mode", mode, "--max-per-batch", "5000"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert list(out.glob("run2-*.json")), "the restarted stream read nothing"
+    return out
+
+
+def test_alo_stream_killed_9_mid_run_then_restarted_delivers_every_record(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
+    try:
+        produced = world.producer.send(2000)
+        out = kill_mid_run_then_restart(world, tmp_path, "alo")
+        seen = set(delivered(out))
+        assert set(produced) <= seen, f"lost {len(set(produced) - seen)} records"
+    finally:
+        world.close()
+
+
+def test_amo_stream_killed_9_mid_run_then_restarted_never_delivers_a_record_twice(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
+    try:
+        produced = world.producer.send(2000)
+        out = kill_mid_run_then_restart(world, tmp_path, "amo")
+        counts = Counter(delivered(out))
+        assert [tp for tp, n in counts.items() if n > 1] == []
+        assert set(counts) <= set(produced)
+    finally:
+        world.close()
+
+
+def test_bad_mode_is_one_line_naming_the_option(spark: SparkSession) -> None:
+    from marshal_py.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError) as caught:
+        read_stream(spark, {"bootstrap.servers": "127.0.0.1:1", "group": "g", "topics": "t",
+                            "mode": "share"}, lambda df, batch_id: None)
+    assert "\n" not in str(caught.value)
+    assert "mode" in str(caught.value) and "format(\"marshal\")" in str(caught.value)
+
+
+def test_a_session_without_the_kafka_connector_fails_in_one_line_saying_how_to_get_it(
+        spark: SparkSession) -> None:
+    # The suite's shared session is started without spark.jars.packages.
+    with pytest.raises(KafkaConnectorMissingError) as caught:
+        read_stream(spark, {"bootstrap.servers": "127.0.0.1:1", "group": "g", "topics": "t"},
+                    lambda df, batch_id: None)
+    text = str(caught.value)
+    assert "\n" not in text
+    assert "spark-sql-kafka-0-10" in text and "kafka_connector=True" in text
