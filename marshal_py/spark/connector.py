@@ -4,7 +4,7 @@ The connector is not part of pyspark: Spark resolves it with Ivy when a session 
 ``spark.jars.packages``. :func:`kafka_connector_conf` gives the settings that resolve the
 pinned version once, from Maven Central only, into the project cache (``ivy/`` in
 :func:`~marshal_py.devbroker.jars.default_cache_dir`, next to the broker jars); later sessions
-find it there and need no network. ``local_session(..., kafka_connector=True)`` applies them.
+find it there and need no network: ``local_session("app", **kafka_connector_conf())``.
 
 Nothing here imports pyspark at import time.
 """
@@ -75,5 +75,6 @@ def kafka_connector_conf(cache_dir: Path | None = None) -> dict[str, str]:
 
 def missing_connector_hint() -> str:
     """What to do when the connector is missing, in one sentence."""
-    return (f"start the session with local_session(..., kafka_connector=True), or give it "
+    return ("start the session with the settings of marshal_py.spark.connector."
+            "kafka_connector_conf() (local_session(name, **kafka_connector_conf())), or give it "
             f"spark.jars.packages={connector_coordinates()} (spark-submit --packages)")

@@ -10,10 +10,11 @@ claimed offset ranges with Spark's batch Kafka reader::
 
 and hands the DataFrame to the caller's function, as ``foreachBatch`` does::
 
+    from marshal_py.spark.connector import kafka_connector_conf
     from marshal_py.spark.range_stream import read_stream
     from marshal_py.spark.session import local_session
 
-    spark = local_session("orders-etl", kafka_connector=True)
+    spark = local_session("orders-etl", **kafka_connector_conf())
     def process(batch, batch_id):
         batch.write.mode("append").parquet("/data/orders")
 
@@ -83,6 +84,17 @@ def stream_options(raw: Mapping[str, str]) -> SourceOptions:
     return options
 
 
+def checked_reader_options(given: Mapping[str, str]) -> dict[str, str]:
+    """``given`` (options of Spark's Kafka reader) as strings; ConfigurationError for one
+    the stream sets itself."""
+    for key in given:
+        if str(key).lower() in OWN_READER_OPTIONS:
+            raise ConfigurationError(
+                f"reader option {key!r} is set by read_stream itself; pass the marshal option "
+                "instead (bootstrap.servers, isolation.level, failOnDataLoss) or leave it out")
+    return {str(k): str(v) for k, v in given.items()}
+
+
 def kafka_ranges_options(ranges: list[PlannedRange]) -> dict[str, str]:
     """Spark Kafka reader options that read exactly ``ranges`` (end offsets exclusive)."""
     assign: dict[str, list[int]] = {}
@@ -109,13 +121,7 @@ class RangeStream:
         self.spark = spark
         self.options = options
         self.process = process
-        self.reader_options = dict(reader_options or {})
-        for key in self.reader_options:
-            if key.lower() in OWN_READER_OPTIONS:
-                raise ConfigurationError(
-                    f"reader option {key!r} is set by read_stream itself; pass the "
-                    "marshal option instead (bootstrap.servers, isolation.level, "
-                    "failOnDataLoss) or leave it out")
+        self.reader_options = checked_reader_options(reader_options or {})
         self._stop = threading.Event()
         self._closed = False
         self.batches = 0
@@ -238,8 +244,8 @@ def read_stream(spark: SparkSession, options: Mapping[str, str], process: Proces
     """Join the group as the planner of micro-batches that Spark's Kafka reader reads.
 
     Args:
-        spark: a session with Spark's Kafka connector (``local_session(...,
-            kafka_connector=True)``, or ``spark.jars.packages``).
+        spark: a session with Spark's Kafka connector (``local_session(name,
+            **kafka_connector_conf())``, or ``spark.jars.packages``).
         options: the options of ``format("marshal")`` that apply (README, Spark): mode
             ``alo`` or ``amo``; ``maxRecordsPerTrigger``, ``failOnDataLoss``,
             ``isolation.level`` and ``minPartitions`` go to the reader; ``kafka.<setting>``

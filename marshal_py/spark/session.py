@@ -189,8 +189,6 @@ def _private_dir() -> Path:
 def local_session(
     app_name: str,
     master: str = "local[2]",
-    *,
-    kafka_connector: bool = False,
     **conf: str | int | float | bool,
 ) -> SparkSession:
     """Start a SparkSession for this machine: loopback only, no UI, quiet, same Python.
@@ -208,9 +206,6 @@ def local_session(
     Args:
         app_name: the application name (``spark.app.name``).
         master: ``local[N]``, or a standalone cluster's ``spark://127.0.0.1:PORT``.
-        kafka_connector: put Spark's own Kafka connector on the classpath (resolved once from
-            Maven Central into the project cache: :mod:`marshal_py.spark.connector`), which
-            :func:`marshal_py.spark.range_stream.read_stream` and ``format("kafka")`` need.
         **conf: further Spark settings, overriding the defaults; pass dotted names with
             ``**{"spark.executor.memory": "512m"}``; ``spark.log.level`` is the least severe
             log level shown (``INFO``, ``DEBUG``...). ``spark.driver.extraJavaOptions`` and
@@ -226,10 +221,6 @@ def local_session(
     """
     settings = dict(DEFAULT_CONF)
     settings["spark.sql.warehouse.dir"] = str(_warehouse_dir())
-    if kafka_connector:
-        from marshal_py.spark.connector import kafka_connector_conf
-
-        settings.update(kafka_connector_conf())
     for key, value in conf.items():
         settings[key] = _conf_value(value)
     settings["spark.log.level"] = settings["spark.log.level"].upper()

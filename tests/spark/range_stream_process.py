@@ -4,10 +4,13 @@ offset) pairs to ``<out>/<tag>-<batch id>.json`` (to a temporary name, then rena
 kill -9 never leaves half a file).
 
     python -m tests.spark.range_stream_process BOOTSTRAP CTOPIC GROUP TOPIC OUT TAG \\
-        [--follow] [--mode alo] [--max-per-batch 300] [--no-connector]
+        [--follow] [--mode alo] [--max-per-batch 300] [--no-connector] [--fail-at N]
+        [--stop-after N]
 
 Without ``--follow`` the stream reads what is available at its start and exits 0. A
 :class:`~marshal_py.errors.MarshalError` is printed as one line on stderr, exit status 2.
+``--fail-at N``: batch N's function writes its rows to ``<out>/failed-<tag>.json`` (not a
+batch file) and raises (exit status 1). ``--stop-after N``: batch N calls ``stream.stop()``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from marshal_py.errors import MarshalError
-from marshal_py.spark.range_stream import read_stream
+from marshal_py.spark.connector import kafka_connector_conf
+from marshal_py.spark.range_stream import RangeStream, read_stream
 from marshal_py.spark.session import local_session
 
 
@@ -32,13 +36,23 @@ def main() -> int:
     parser.add_argument("--mode", default="alo")
     parser.add_argument("--max-per-batch", default="300")
     parser.add_argument("--no-connector", action="store_true")
+    parser.add_argument("--fail-at", type=int, default=None)
+    parser.add_argument("--stop-after", type=int, default=None)
     args = parser.parse_args()
     out = Path(args.out)
-    spark = local_session(f"range-stream-{args.tag}", kafka_connector=not args.no_connector,
+    conf = {} if args.no_connector else kafka_connector_conf()
+    spark = local_session(f"range-stream-{args.tag}", **conf,
                           **{"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"})
+
+    streams: list[RangeStream] = []
 
     def process(batch: Any, batch_id: int) -> None:
         rows = [[r.partition, r.offset] for r in batch.select("partition", "offset").collect()]
+        if batch_id == args.fail_at:
+            (out / f"failed-{args.tag}.json").write_text(json.dumps(rows))
+            raise RuntimeError(f"batch {batch_id} failed on purpose")
+        if batch_id == args.stop_after:
+            streams[0].stop()
         tmp = out / f".{args.tag}-{batch_id}.tmp"
         tmp.write_text(json.dumps(rows))
         os.replace(tmp, out / f"{args.tag}-{batch_id:05d}.json")
@@ -49,6 +63,7 @@ def main() -> int:
                "offset.reset": "earliest", "maxRecordsPerTrigger": args.max_per_batch}
     try:
         with read_stream(spark, options, process) as stream:
+            streams.append(stream)
             stream.run(available_now=not args.follow, trigger_interval=0.1)
     except MarshalError as exc:
         print(f"error: {exc}", file=sys.stderr)

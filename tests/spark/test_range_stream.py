@@ -28,9 +28,9 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).parents[2]
 
 
-def delivered(out: Path) -> list[tuple[int, int]]:
+def delivered(out: Path, pattern: str = "run*.json") -> list[tuple[int, int]]:
     rows: list[tuple[int, int]] = []
-    for path in sorted(out.glob("*.json")):
+    for path in sorted(out.glob(pattern)):
         rows.extend((p, o) for p, o in json.loads(path.read_text()))
     return rows
 
@@ -87,6 +87,54 @@ def test_amo_stream_killed_9_mid_run_then_restarted_never_delivers_a_record_twic
         world.close()
 
 
+def run_stream(world: Cluster, out: Path, tag: str, *extra: str
+               ) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "tests.spark.range_stream_process", world.bootstrap,
+            world.ctopic, world.group, world.topic, str(out), tag, *extra]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_alo_batch_whose_function_raised_is_not_committed_and_is_read_after_restart(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
+    try:
+        produced = world.producer.send(1000)
+        out = tmp_path / "out"
+        out.mkdir()
+        first = run_stream(world, out, "run1", "--max-per-batch", "100", "--fail-at", "2")
+        assert first.returncode == 1, first.stderr[-3000:]
+        assert "failed on purpose" in first.stderr
+        failed = set(delivered(out, "failed-run1.json"))
+        assert len(failed) == 100
+        second = run_stream(world, out, "run2", "--max-per-batch", "5000")
+        assert second.returncode == 0, second.stderr[-3000:]
+        again = set(delivered(out, "run2-*.json"))
+        assert failed <= again
+        assert set(produced) <= set(delivered(out))
+    finally:
+        world.close()
+
+
+def test_alo_stream_stopped_then_restarted_reads_no_record_twice(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
+    try:
+        produced = world.producer.send(1000)
+        out = tmp_path / "out"
+        out.mkdir()
+        first = run_stream(world, out, "run1", "--follow", "--max-per-batch", "100",
+                           "--stop-after", "2")
+        assert first.returncode == 0, first.stderr[-3000:]
+        assert len(list(out.glob("run1-*.json"))) == 3  # the batch calling stop() completes
+        second = run_stream(world, out, "run2", "--max-per-batch", "5000")
+        assert second.returncode == 0, second.stderr[-3000:]
+        counts = Counter(delivered(out))
+        assert set(counts) == set(produced)
+        assert [tp for tp, n in counts.items() if n > 1] == []
+    finally:
+        world.close()
+
+
 def test_bad_mode_is_one_line_naming_the_option(spark: SparkSession) -> None:
     from marshal_py.errors import ConfigurationError
 
@@ -105,4 +153,4 @@ def test_a_session_without_the_kafka_connector_fails_in_one_line_saying_how_to_g
                     lambda df, batch_id: None)
     text = str(caught.value)
     assert "\n" not in text
-    assert "spark-sql-kafka-0-10" in text and "kafka_connector=True" in text
+    assert "spark-sql-kafka-0-10" in text and "kafka_connector_conf()" in text
