@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import pytest
@@ -19,6 +20,8 @@ import pytest
 from marshal_py.spark.connector import KafkaConnectorMissingError
 from marshal_py.spark.range_stream import read_stream
 from tests.integration.consumer_support import Cluster, wait_for
+from tests.integration.test_transactional_input import PLAN, lag_rows
+from tests.txn_input import create_topic, read_all, write_transactions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -87,7 +90,7 @@ def test_amo_stream_killed_9_mid_run_then_restarted_never_delivers_a_record_twic
         world.close()
 
 
-def run_stream(world: Cluster, out: Path, tag: str, *extra: str
+def run_stream(world: Cluster | SimpleNamespace, out: Path, tag: str, *extra: str
                ) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "tests.spark.range_stream_process", world.bootstrap,
             world.ctopic, world.group, world.topic, str(out), tag, *extra]
@@ -133,6 +136,24 @@ def test_alo_stream_stopped_then_restarted_reads_no_record_twice(
         assert [tp for tp, n in counts.items() if n > 1] == []
     finally:
         world.close()
+
+
+def test_read_committed_stream_reads_each_committed_record_once_and_lag_ends_at_zero(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    create_topic(kafka_bootstrap, unique_name)
+    written = write_transactions(kafka_bootstrap, unique_name, PLAN)
+    expected = [r.offset for r in read_all(kafka_bootstrap, unique_name, 0,  # type: ignore[attr-defined]
+                                           "read_committed")]
+    assert len(expected) == len(written.committed)
+    world = SimpleNamespace(bootstrap=kafka_bootstrap, topic=unique_name,
+                            ctopic=f"__marshal-{unique_name}", group=f"{unique_name}.g")
+    out = tmp_path / "out"
+    out.mkdir()
+    done = run_stream(world, out, "run1", "--max-per-batch", "7")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(o for _, o in delivered(out)) == expected  # each once, nothing aborted
+    assert lag_rows(kafka_bootstrap, world.ctopic, world.group) == \
+        [(written.end, written.end, 0)]
 
 
 def test_bad_mode_is_one_line_naming_the_option(spark: SparkSession) -> None:
