@@ -5,7 +5,7 @@ kill -9 never leaves half a file).
 
     python -m tests.spark.range_stream_process BOOTSTRAP CTOPIC GROUP TOPIC OUT TAG \\
         [--follow] [--mode alo] [--max-per-batch 300] [--no-connector] [--fail-at N]
-        [--stop-after N]
+        [--stop-after N] [--max-batches N]
 
 Without ``--follow`` the stream reads what is available at its start and exits 0. A
 :class:`~marshal_py.errors.MarshalError` is printed as one line on stderr, exit status 2.
@@ -38,6 +38,7 @@ def main() -> int:
     parser.add_argument("--no-connector", action="store_true")
     parser.add_argument("--fail-at", type=int, default=None)
     parser.add_argument("--stop-after", type=int, default=None)
+    parser.add_argument("--max-batches", type=int, default=None)
     args = parser.parse_args()
     out = Path(args.out)
     conf = {} if args.no_connector else kafka_connector_conf()
@@ -64,7 +65,8 @@ def main() -> int:
     try:
         with read_stream(spark, options, process) as stream:
             streams.append(stream)
-            stream.run(available_now=not args.follow, trigger_interval=0.1)
+            stream.run(available_now=not args.follow, trigger_interval=0.1,
+                       max_batches=args.max_batches)
     except MarshalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

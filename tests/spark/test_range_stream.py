@@ -138,6 +138,26 @@ def test_alo_stream_stopped_then_restarted_reads_no_record_twice(
         world.close()
 
 
+def test_max_batches_runs_that_many_then_a_restart_continues_after_them(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
+    try:
+        produced = world.producer.send(1000)
+        out = tmp_path / "out"
+        out.mkdir()
+        first = run_stream(world, out, "run1", "--max-per-batch", "100", "--max-batches", "2")
+        assert first.returncode == 0, first.stderr[-3000:]
+        assert len(delivered(out, "run1-*.json")) == 200
+        assert len(list(out.glob("run1-*.json"))) == 2
+        second = run_stream(world, out, "run2", "--max-per-batch", "5000")
+        assert second.returncode == 0, second.stderr[-3000:]
+        counts = Counter(delivered(out))
+        assert set(counts) == set(produced)
+        assert [tp for tp, n in counts.items() if n > 1] == []
+    finally:
+        world.close()
+
+
 def test_read_committed_stream_reads_each_committed_record_once_and_lag_ends_at_zero(
         kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
     create_topic(kafka_bootstrap, unique_name)
