@@ -176,6 +176,19 @@ def test_read_committed_stream_reads_each_committed_record_once_and_lag_ends_at_
         [(written.end, written.end, 0)]
 
 
+def test_a_missing_topic_is_one_line_naming_it(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    world = SimpleNamespace(bootstrap=kafka_bootstrap, topic=f"{unique_name}-missing",
+                            ctopic=f"__marshal-{unique_name}", group=f"{unique_name}.g")
+    out = tmp_path / "out"
+    out.mkdir()
+    done = run_stream(world, out, "run1")
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and world.topic in errors[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+
+
 def test_bad_mode_is_one_line_naming_the_option(spark: SparkSession) -> None:
     from marshal_py.errors import ConfigurationError
 
