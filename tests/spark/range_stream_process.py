@@ -5,7 +5,7 @@ kill -9 never leaves half a file).
 
     python -m tests.spark.range_stream_process BOOTSTRAP CTOPIC GROUP TOPIC OUT TAG \\
         [--follow] [--mode alo] [--max-per-batch 300] [--no-connector] [--fail-at N]
-        [--stop-after N] [--max-batches N]
+        [--stop-after N] [--max-batches N] [--option NAME=VALUE ...]
 
 Without ``--follow`` the stream reads what is available at its start and exits 0. A
 :class:`~marshal_py.errors.MarshalError` is printed as one line on stderr, exit status 2.
@@ -39,6 +39,7 @@ def main() -> int:
     parser.add_argument("--fail-at", type=int, default=None)
     parser.add_argument("--stop-after", type=int, default=None)
     parser.add_argument("--max-batches", type=int, default=None)
+    parser.add_argument("--option", action="append", default=[])
     args = parser.parse_args()
     out = Path(args.out)
     conf = {} if args.no_connector else kafka_connector_conf()
@@ -62,6 +63,7 @@ def main() -> int:
                "group": args.group, "topics": args.topic, "mode": args.mode,
                "client.id": "crash-stream", "heartbeat.interval": "1",
                "offset.reset": "earliest", "maxRecordsPerTrigger": args.max_per_batch}
+    options.update(option.split("=", 1) for option in args.option)
     try:
         with read_stream(spark, options, process) as stream:
             streams.append(stream)

@@ -20,7 +20,9 @@ import pytest
 from marshal_py.spark.connector import KafkaConnectorMissingError
 from marshal_py.spark.range_stream import read_stream
 from tests.integration.consumer_support import Cluster, wait_for
+from tests.integration.test_auth import key_file
 from tests.integration.test_transactional_input import PLAN, lag_rows
+from tests.spark.test_source_auth import KEY, group_records, rejected_line
 from tests.txn_input import create_topic, read_all, write_transactions
 
 if TYPE_CHECKING:
@@ -187,6 +189,24 @@ def test_a_missing_topic_is_one_line_naming_it(
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and world.topic in errors[0], done.stderr[-3000:]
     assert "Traceback" not in done.stderr
+
+
+def test_signed_group_stream_signs_every_record_and_reads_every_record(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=2)
+    try:
+        produced = world.producer.send(400)
+        keys = key_file(tmp_path / "keys", world.group, (KEY,))
+        out = tmp_path / "out"
+        out.mkdir()
+        done = run_stream(world, out, "run1", "--option", f"auth.keys={keys}")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert sorted(delivered(out)) == sorted(produced)
+        records = group_records(world)
+        assert records and all(r.startswith(f"Signed/3/{KEY.key_id}/") for r in records)
+        assert rejected_line(world, keys).endswith(f"group {world.group}: 0")
+    finally:
+        world.close()
 
 
 def test_bad_mode_is_one_line_naming_the_option(spark: SparkSession) -> None:
