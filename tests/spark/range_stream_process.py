@@ -5,7 +5,10 @@ kill -9 never leaves half a file).
 
     python -m tests.spark.range_stream_process BOOTSTRAP CTOPIC GROUP TOPIC OUT TAG \\
         [--follow] [--mode alo] [--max-per-batch 300] [--no-connector] [--fail-at N]
-        [--stop-after N] [--max-batches N] [--option NAME=VALUE ...]
+        [--stop-after N] [--max-batches N] [--option NAME=VALUE ...] [--cluster]
+
+``--cluster``: on a standalone cluster of 2 one-core workers started here (executor JVMs of
+their own, no marshal_py on their Python path), not local[2].
 
 Without ``--follow`` the stream reads what is available at its start and exits 0. A
 :class:`~marshal_py.errors.MarshalError` is printed as one line on stderr, exit status 2.
@@ -16,6 +19,7 @@ batch file) and raises (exit status 1). ``--stop-after N``: batch N calls ``stre
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from marshal_py.errors import MarshalError
+from marshal_py.spark.cluster import StandaloneCluster
 from marshal_py.spark.connector import kafka_connector_conf
 from marshal_py.spark.range_stream import RangeStream, read_stream
 from marshal_py.spark.session import local_session
@@ -40,11 +45,27 @@ def main() -> int:
     parser.add_argument("--stop-after", type=int, default=None)
     parser.add_argument("--max-batches", type=int, default=None)
     parser.add_argument("--option", action="append", default=[])
+    parser.add_argument("--cluster", action="store_true")
     args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        master = "local[2]"
+        conf: dict[str, str | int] = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+        if not args.no_connector:
+            conf.update(kafka_connector_conf())
+        if args.cluster:
+            cluster = stack.enter_context(StandaloneCluster(workers=2, cores=1, memory="1g"))
+            master = cluster.master_url
+            conf.update({"spark.executor.cores": 1, "spark.cores.max": 2,
+                         "spark.executor.memory": "512m",
+                         "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+                         "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s"})
+        spark = local_session(f"range-stream-{args.tag}", master=master, **conf)
+        stack.callback(spark.stop)
+        return run(spark, args)
+
+
+def run(spark: Any, args: argparse.Namespace) -> int:
     out = Path(args.out)
-    conf = {} if args.no_connector else kafka_connector_conf()
-    spark = local_session(f"range-stream-{args.tag}", **conf,
-                          **{"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"})
 
     streams: list[RangeStream] = []
 
@@ -72,8 +93,6 @@ def main() -> int:
     except MarshalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    finally:
-        spark.stop()
     return 0
 
 

@@ -209,6 +209,21 @@ def test_signed_group_stream_signs_every_record_and_reads_every_record(
         world.close()
 
 
+def test_on_a_standalone_cluster_executor_jvms_read_every_record(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
+    try:
+        produced = world.producer.send(1000)
+        out = tmp_path / "out"
+        out.mkdir()
+        done = run_stream(world, out, "run1", "--cluster", "--max-per-batch", "300")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert sorted(delivered(out)) == sorted(produced)
+        assert len(list(out.glob("run1-*.json"))) == 4
+    finally:
+        world.close()
+
+
 def test_bad_mode_is_one_line_naming_the_option(spark: SparkSession) -> None:
     from marshal_py.errors import ConfigurationError
 
