@@ -10,6 +10,10 @@ readers, and the anchor each is compared with:
 * ``marshal-alo``, ``marshal-amo``, ``marshal-share``: ``format("marshal")`` in that mode, a
   fresh group each run (HI 1 s, ``offset.reset`` earliest); share mode with
   ``inflight.limit`` 10,000 (the most; at the default 2,000 a batch holds 24,000 records);
+* ``stream-alo``, ``stream-amo``: :func:`marshal_py.spark.range_stream.read_stream` in that
+  mode (the driver coordinates, Spark's batch Kafka reader reads the claimed ranges in the
+  JVM), a fresh group each run, ``available_now``, every batch written to the ``noop`` sink;
+  timed from ``read_stream()`` (joining the group) to the end of ``run()``; anchor ``kafka``;
 * ``kafka-keyed``: Spark's Kafka source over the same number of records with keys (10,000
   distinct keys), the anchor of ``marshal-key-shared``;
 * ``marshal-key-shared``: ``format("marshal")`` in key-shared mode over the keyed records.
@@ -60,7 +64,7 @@ class SparkReader:
     name: str
     label: str
     source: str
-    """``kafka`` or ``marshal``."""
+    """``kafka``, ``marshal`` (format("marshal")) or ``range`` (read_stream)."""
     keyed: bool = False
     """Reads the keyed records."""
     mode: str | None = None
@@ -77,6 +81,10 @@ SPARK_READERS: tuple[SparkReader, ...] = (
     SparkReader("marshal-share", 'Spark format("marshal") share (inflight.limit 10000)',
                 "marshal", mode="share", anchor="kafka",
                 options={"inflight.limit": "10000"}),
+    SparkReader("stream-alo", "read_stream ALO (Spark's Kafka reader)", "range", mode="alo",
+                anchor="kafka"),
+    SparkReader("stream-amo", "read_stream AMO (Spark's Kafka reader)", "range", mode="amo",
+                anchor="kafka"),
     SparkReader("kafka-keyed", 'Spark format("kafka"), keyed records', "kafka", keyed=True),
     SparkReader("marshal-key-shared", 'Spark format("marshal") key-shared, keyed records',
                 "marshal", keyed=True, mode="key-shared", anchor="kafka-keyed"),
@@ -138,18 +146,44 @@ def read(spark: Any, ctx: BenchContext, reader: SparkReader, topic: str) -> Any:
     if reader.source == "kafka":
         return (stream.format("kafka").option("kafka.bootstrap.servers", ctx.bootstrap)
                 .option("subscribe", topic).option("startingOffsets", "earliest").load())
-    stream = (stream.format("marshal").option("bootstrap.servers", ctx.bootstrap)
-              .option("group", f"bench.overhead.spark.{reader.name}.{uuid.uuid4().hex[:8]}")
-              .option("topics", topic).option("mode", reader.mode)
-              .option("offset.reset", "earliest").option("heartbeat.interval", str(HI_S)))
-    for key, value in reader.options.items():
+    stream = stream.format("marshal")
+    for key, value in marshal_options(ctx, reader, topic).items():
         stream = stream.option(key, value)
     return stream.load()
+
+
+def marshal_options(ctx: BenchContext, reader: SparkReader, topic: str) -> dict[str, str]:
+    """Options of ``reader`` (format("marshal") or read_stream), a fresh group."""
+    return {"bootstrap.servers": ctx.bootstrap,
+            "group": f"bench.overhead.spark.{reader.name}.{uuid.uuid4().hex[:8]}",
+            "topics": topic, "mode": str(reader.mode), "offset.reset": "earliest",
+            "heartbeat.interval": str(HI_S), **reader.options}
+
+
+def run_range_stream(spark: Any, reader: SparkReader, ctx: BenchContext, topic: str,
+                     records: int) -> tuple[float, int]:
+    """One read_stream, available_now, every batch into the noop sink: (seconds from
+    joining to the end of its run, offsets read)."""
+    from marshal_py.spark.range_stream import read_stream
+
+    def process(frame: Any, batch_id: int) -> None:
+        frame.write.format("noop").mode("overwrite").save()
+
+    started = time.perf_counter()
+    with read_stream(spark, marshal_options(ctx, reader, topic), process) as stream:
+        stream.run(available_now=True)
+        rows = stream.records
+    seconds = time.perf_counter() - started
+    if rows < records:
+        raise BenchError(f"the Spark {reader.name} stream read {rows:,} of {records:,} records")
+    return seconds, rows
 
 
 def run_query(spark: Any, ctx: BenchContext, reader: SparkReader, topic: str, records: int
               ) -> tuple[float, int]:
     """One availableNow query into the noop sink: (seconds from start() to its end, rows)."""
+    if reader.source == "range":
+        return run_range_stream(spark, reader, ctx, topic, records)
     checkpoint = f"/tmp/marshal-bench-{reader.name}-{uuid.uuid4().hex[:8]}"
     limit_s = 60 + records / 1_000
     started = time.perf_counter()

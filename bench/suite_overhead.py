@@ -605,7 +605,9 @@ def _spark_table(ctx: BenchContext, records: int, master: str, runs: dict[str, l
          "session start-up is outside. Every repetition starts with an untimed warm-up "
          "query of each source (Spark's Python workers up), and the readers' order turns "
          "by one each repetition. Our executors fetch with librdkafka (option fetcher=auto, "
-         "confluent-kafka installed). Keyed records: 10,000 distinct keys. Spark's Kafka "
+         "confluent-kafka installed). read_stream rows: from read_stream() (joining the "
+         "group) to the end of run(available_now=True), each batch written with "
+         "df.write.format(\"noop\"). Keyed records: 10,000 distinct keys. Spark's Kafka "
          f"source is spark-sql-kafka-0-10_2.13:{spark_rows.SPARK_KAFKA_VERSION}."]))
     report.plots.append(Plot(
         f"Spark sources, {where}: records/s (median)", "bar", "source", "records/s",

@@ -1,0 +1,245 @@
+"""``read_stream``: the driver coordinates, Spark's own Kafka reader reads (README, Spark).
+
+The crash tests run the stream in a process of its own (tests/spark/range_stream_process.py,
+a session with Spark's Kafka connector), kill it with SIGKILL mid-run and start it again.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+import pytest
+
+from marshal_py.spark.connector import KafkaConnectorMissingError
+from marshal_py.spark.range_stream import read_stream
+from tests.integration.consumer_support import Cluster, wait_for
+from tests.integration.test_auth import key_file
+from tests.integration.test_transactional_input import PLAN, lag_rows
+from tests.spark.test_source_auth import KEY, group_records, rejected_line
+from tests.txn_input import create_topic, read_all, write_transactions
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).parents[2]
+
+
+def delivered(out: Path, pattern: str = "run*.json") -> list[tuple[int, int]]:
+    rows: list[tuple[int, int]] = []
+    for path in sorted(out.glob(pattern)):
+        rows.extend((p, o) for p, o in json.loads(path.read_text()))
+    return rows
+
+
+def kill_mid_run_then_restart(world: Cluster, tmp_path: Path, mode: str) -> Path:
+    """Run a stream in ``mode`` until it wrote 3 batches, SIGKILL it, run it again until it
+    has read what is available; return the directory of the batches written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [sys.executable, "-m", "tests.spark.range_stream_process", world.bootstrap,
+            world.ctopic, world.group, world.topic, str(out)]
+    with open(tmp_path / "run1.err", "wb") as err:
+        first = subprocess.Popen([*argv, "run1", "--follow", "--mode", mode,
+                                  "--max-per-batch", "100"],
+                                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        wait_for(lambda: len(list(out.glob("run1-*.json"))) >= 3, 180,
+                 "the first run to write 3 batches",
+                 describe=lambda: (tmp_path / "run1.err").read_text()[-2000:])
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    second = subprocess.run([*argv, "run2", "--mode", mode, "--max-per-batch", "5000"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert list(out.glob("run2-*.json")), "the restarted stream read nothing"
+    return out
+
+
+def test_alo_stream_killed_9_mid_run_then_restarted_delivers_every_record(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
+    try:
+        produced = world.producer.send(2000)
+        out = kill_mid_run_then_restart(world, tmp_path, "alo")
+        seen = set(delivered(out))
+        assert set(produced) <= seen, f"lost {len(set(produced) - seen)} records"
+    finally:
+        world.close()
+
+
+def test_amo_stream_killed_9_mid_run_then_restarted_never_delivers_a_record_twice(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
+    try:
+        produced = world.producer.send(2000)
+        out = kill_mid_run_then_restart(world, tmp_path, "amo")
+        counts = Counter(delivered(out))
+        assert [tp for tp, n in counts.items() if n > 1] == []
+        assert set(counts) <= set(produced)
+    finally:
+        world.close()
+
+
+def run_stream(world: Cluster | SimpleNamespace, out: Path, tag: str, *extra: str
+               ) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "tests.spark.range_stream_process", world.bootstrap,
+            world.ctopic, world.group, world.topic, str(out), tag, *extra]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_alo_batch_whose_function_raised_is_not_committed_and_is_read_after_restart(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
+    try:
+        produced = world.producer.send(1000)
+        out = tmp_path / "out"
+        out.mkdir()
+        first = run_stream(world, out, "run1", "--max-per-batch", "100", "--fail-at", "2")
+        assert first.returncode == 1, first.stderr[-3000:]
+        assert "failed on purpose" in first.stderr
+        failed = set(delivered(out, "failed-run1.json"))
+        assert len(failed) == 100
+        second = run_stream(world, out, "run2", "--max-per-batch", "5000")
+        assert second.returncode == 0, second.stderr[-3000:]
+        again = set(delivered(out, "run2-*.json"))
+        assert failed <= again
+        assert set(produced) <= set(delivered(out))
+    finally:
+        world.close()
+
+
+def test_alo_stream_stopped_then_restarted_reads_no_record_twice(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
+    try:
+        produced = world.producer.send(1000)
+        out = tmp_path / "out"
+        out.mkdir()
+        first = run_stream(world, out, "run1", "--follow", "--max-per-batch", "100",
+                           "--stop-after", "2")
+        assert first.returncode == 0, first.stderr[-3000:]
+        assert len(list(out.glob("run1-*.json"))) == 3  # the batch calling stop() completes
+        second = run_stream(world, out, "run2", "--max-per-batch", "5000")
+        assert second.returncode == 0, second.stderr[-3000:]
+        counts = Counter(delivered(out))
+        assert set(counts) == set(produced)
+        assert [tp for tp, n in counts.items() if n > 1] == []
+    finally:
+        world.close()
+
+
+def test_max_batches_runs_that_many_then_a_restart_continues_after_them(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
+    try:
+        produced = world.producer.send(1000)
+        out = tmp_path / "out"
+        out.mkdir()
+        first = run_stream(world, out, "run1", "--max-per-batch", "100", "--max-batches", "2")
+        assert first.returncode == 0, first.stderr[-3000:]
+        assert len(delivered(out, "run1-*.json")) == 200
+        assert len(list(out.glob("run1-*.json"))) == 2
+        second = run_stream(world, out, "run2", "--max-per-batch", "5000")
+        assert second.returncode == 0, second.stderr[-3000:]
+        counts = Counter(delivered(out))
+        assert set(counts) == set(produced)
+        assert [tp for tp, n in counts.items() if n > 1] == []
+    finally:
+        world.close()
+
+
+def test_read_committed_stream_reads_each_committed_record_once_and_lag_ends_at_zero(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    create_topic(kafka_bootstrap, unique_name)
+    written = write_transactions(kafka_bootstrap, unique_name, PLAN)
+    expected = [r.offset for r in read_all(kafka_bootstrap, unique_name, 0,  # type: ignore[attr-defined]
+                                           "read_committed")]
+    assert len(expected) == len(written.committed)
+    world = SimpleNamespace(bootstrap=kafka_bootstrap, topic=unique_name,
+                            ctopic=f"__marshal-{unique_name}", group=f"{unique_name}.g")
+    out = tmp_path / "out"
+    out.mkdir()
+    done = run_stream(world, out, "run1", "--max-per-batch", "7")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(o for _, o in delivered(out)) == expected  # each once, nothing aborted
+    assert lag_rows(kafka_bootstrap, world.ctopic, world.group) == \
+        [(written.end, written.end, 0)]
+
+
+def test_a_missing_topic_is_one_line_naming_it(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    world = SimpleNamespace(bootstrap=kafka_bootstrap, topic=f"{unique_name}-missing",
+                            ctopic=f"__marshal-{unique_name}", group=f"{unique_name}.g")
+    out = tmp_path / "out"
+    out.mkdir()
+    done = run_stream(world, out, "run1")
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and world.topic in errors[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+
+
+def test_signed_group_stream_signs_every_record_and_reads_every_record(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=2)
+    try:
+        produced = world.producer.send(400)
+        keys = key_file(tmp_path / "keys", world.group, (KEY,))
+        out = tmp_path / "out"
+        out.mkdir()
+        done = run_stream(world, out, "run1", "--option", f"auth.keys={keys}")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert sorted(delivered(out)) == sorted(produced)
+        records = group_records(world)
+        assert records and all(r.startswith(f"Signed/3/{KEY.key_id}/") for r in records)
+        assert rejected_line(world, keys).endswith(f"group {world.group}: 0")
+    finally:
+        world.close()
+
+
+def test_on_a_standalone_cluster_executor_jvms_read_every_record(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
+    try:
+        produced = world.producer.send(1000)
+        out = tmp_path / "out"
+        out.mkdir()
+        done = run_stream(world, out, "run1", "--cluster", "--max-per-batch", "300")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert sorted(delivered(out)) == sorted(produced)
+        assert len(list(out.glob("run1-*.json"))) == 4
+    finally:
+        world.close()
+
+
+def test_bad_mode_is_one_line_naming_the_option(spark: SparkSession) -> None:
+    from marshal_py.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError) as caught:
+        read_stream(spark, {"bootstrap.servers": "127.0.0.1:1", "group": "g", "topics": "t",
+                            "mode": "share"}, lambda df, batch_id: None)
+    assert "\n" not in str(caught.value)
+    assert "mode" in str(caught.value) and "format(\"marshal\")" in str(caught.value)
+
+
+def test_a_session_without_the_kafka_connector_fails_in_one_line_saying_how_to_get_it(
+        spark: SparkSession) -> None:
+    # The suite's shared session is started without spark.jars.packages.
+    with pytest.raises(KafkaConnectorMissingError) as caught:
+        read_stream(spark, {"bootstrap.servers": "127.0.0.1:1", "group": "g", "topics": "t"},
+                    lambda df, batch_id: None)
+    text = str(caught.value)
+    assert "\n" not in text
+    assert "spark-sql-kafka-0-10" in text and "kafka_connector_conf()" in text
