@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from marshal_py.auth_keys import load_group_keys
 from marshal_py.client.settings import (
@@ -32,6 +32,9 @@ from marshal_py.protocol.messages import (
     DEFAULT_INFLIGHT_LIMIT,
     DEFAULT_LOCK_MS,
 )
+
+if TYPE_CHECKING:
+    from marshal_py.client.marshaler import Marshaler
 
 SourceMode = Literal["alo", "amo", "share", "key-shared"]
 MODES = ("alo", "amo", "share", "key-shared")
@@ -137,6 +140,17 @@ class SourceOptions:
                 f"option 'auth.keys': the key file {self.auth_keys_file} lists no key for "
                 f"group {self.group!r}; add a line '{self.group} KEY_ID SECRET'")
         return keys
+
+    def marshaler(self) -> Marshaler:
+        """A Marshaler of the group these options name (the driver's member joins with it)."""
+        from marshal_py.client.marshaler import Marshaler
+
+        return Marshaler(
+            bootstrap_servers=self.bootstrap_servers, group_id=self.group,
+            client_id=self.client_id, heartbeat_interval=self.heartbeat_interval_s,
+            coordination_topic=self.coordination_topic, replay_window=self.replay_window_s,
+            kafka_config=self.kafka_config, index_topic=self.coordination_index_topic,
+            auth_keys=self.group_keys())
 
     @property
     def log_config(self) -> KafkaLogConfig:

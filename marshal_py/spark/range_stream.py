@@ -133,11 +133,7 @@ class RangeStream:
 
     def _join(self) -> tuple[Marshaler, ExclusiveBatchMember]:
         o = self.options
-        marshaler = Marshaler(
-            bootstrap_servers=o.bootstrap_servers, group_id=o.group, client_id=o.client_id,
-            heartbeat_interval=o.heartbeat_interval_s, coordination_topic=o.coordination_topic,
-            replay_window=o.replay_window_s, kafka_config=o.kafka_config,
-            index_topic=o.coordination_index_topic, auth_keys=o.group_keys())
+        marshaler = o.marshaler()
         try:
             member = marshaler.batch_member(
                 o.topics, o.mode, offset_reset=o.offset_reset, balance=o.balance,
