@@ -151,14 +151,14 @@ def counting(log: MemoryLog) -> list[int]:
     return handed
 
 
-def test_a_new_group_starts_at_the_end_whatever_its_neighbours_wrote() -> None:
+def test_a_new_group_replays_the_window_but_applies_none_of_its_neighbours_records() -> None:
+    """A pair without History in the index replays the window (its peers' first records may
+    precede their History's visibility); its neighbours' records are read past, never
+    applied."""
     w = World()
     w.neighbours.write(20_000)
-    end = w.log.end_position(CP)
-    handed = counting(w.log)
     new = w.member("brand.new", "a")
-    assert new.channel.replay_starts[CP] == end
-    assert handed[0] < 10  # its own records, not its neighbours'
+    assert new.channel.replay_starts[CP] == 0  # the window's start (in memory: the log's)
     w.run([new], 10, neighbours=50)
     assert set(new.holdings) == {("orders", p) for p in range(8)}
     view = w.joiner_view("brand.new")[0]
@@ -167,8 +167,8 @@ def test_a_new_group_starts_at_the_end_whatever_its_neighbours_wrote() -> None:
 
 def test_a_joiner_of_a_group_with_history_agrees_with_a_full_reader() -> None:
     """The group's history was written by writers that record it but write no checkpoint:
-    the joiner replays from where that history begins (not from the window's start), and
-    knows exactly what a reader of every record knows."""
+    the joiner replays the window (History floors are not used, see channel.open), reads
+    its neighbours' records past, and knows exactly what a reader of every record knows."""
     w = World()
     w.neighbours.write(2_000)
     began = w.log.end_position(CP)
@@ -177,8 +177,8 @@ def test_a_joiner_of_a_group_with_history_agrees_with_a_full_reader() -> None:
     joiner = w.member("orders.g", "b", checkpoint_interval_ms=10**9)
     index = joiner.channel.index
     assert index is not None
-    assert joiner.channel.replay_starts[CP] == index.history_start("orders.g", "orders")
-    assert began <= joiner.channel.replay_starts[CP] < began + 300
+    assert began <= index.history_start("orders.g", "orders") < began + 300
+    assert joiner.channel.replay_starts[CP] == 0
     w.run([joiner], 5)
     view, _ = w.joiner_view("orders.g")
     assert view.snapshot("orders.g", "orders") == w.full.snapshot("orders.g", "orders")
@@ -236,8 +236,10 @@ def test_an_authenticated_group_does_not_trust_absence() -> None:
     trusting = CoordinationChannel(w.log, Rationalizer(config()), SimClock(w.clock),
                                    ["orders"], group="sealed")
     trusting.open(WINDOW)
-    assert trusting.replay_starts[CP] == end
-    assert not trusting.rationalizer.claims("sealed", "orders")
+    # No reader takes absence from the index as "no history" any more (channel.open): even
+    # one that trusts the index replays the window and sees the group's claims.
+    assert trusting.replay_starts[CP] < end
+    assert trusting.rationalizer.claims("sealed", "orders")
 
 
 def test_compat_members_and_undeclared_topics_replay_the_window() -> None:

@@ -99,7 +99,7 @@ def test_what_to_grant_on_the_coordination_index() -> None:
     assert str(index_not_authorized(bob, "read")) == (
         "not authorized to read the coordination index topic '__marshal-index' as User:bob: "
         "grant READ and DESCRIBE (members and `marshal init` also WRITE) on it; it keeps the "
-        "layout of '__marshal'")
+        "layout of '__marshal' and where each group's records and newest checkpoint are")
     assert "grant WRITE (and READ, DESCRIBE)" in str(index_not_authorized(bob, "write"))
     assert "`marshal init`, or grant CREATE on the cluster" in str(
         index_not_authorized(bob, "create"))
