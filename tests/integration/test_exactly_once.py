@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -97,6 +97,23 @@ def copy(consumer: ExactlyOnceConsumer, output: str, until: int, timeout: float 
     return committed
 
 
+def claims_when(m: Marshaler, topic: str, expected: Callable[[list[Any]], bool],
+                timeout: float = 30) -> list[Any]:
+    """The group's claims on ``topic`` once ``expected`` holds of them. ``commit`` returns when
+    the transaction coordinator has decided; the markers that make the commit record visible to
+    read_committed readers reach the coordination partition a moment later (Kafka writes them
+    after answering), so what a member sees right after a commit is awaited, not read once."""
+    seen: list[Any] = []
+
+    def check() -> bool:
+        seen[:] = m.claims(topic)
+        return expected(seen)
+    wait_for(check, timeout, f"the claims on {topic} to settle",
+             describe=lambda: repr([(c.key.partition, c.committed_offset, c.transactional)
+                                    for c in seen]))
+    return list(seen)
+
+
 def test_output_and_offsets_commit_together_and_each_record_is_copied_once(
         kafka_bootstrap: str, names: dict[str, str]) -> None:
     create_topic(kafka_bootstrap, names["input"], 2)
@@ -109,9 +126,9 @@ def test_output_and_offsets_commit_together_and_each_record_is_copied_once(
         assert len(first) <= 10 and {r.partition for r in first} == {first.partition}
         first.abort()  # its records come again, nothing of it is visible
         assert copy(consumer, names["output"], 300) == 300
-        claims = {c.key.partition: c for c in m.claims(names["input"])}
-        assert all(c.transactional for c in claims.values())
-        assert sorted(c.committed_offset for c in claims.values()) == [150, 150]
+        claims = claims_when(m, names["input"], lambda cs: sorted(
+            (c.committed_offset, c.transactional) for c in cs) == [(150, True), (150, True)])
+        assert len(claims) == 2
         assert consumer.transactions[1] == 1  # the one aborted
         with pytest.raises(Exception, match="batches"):
             consumer.poll()
@@ -133,11 +150,13 @@ def test_an_authenticated_group_signs_its_commit_records_and_accepts_them(
         consumer = m.consumer([names["input"]], "eos", offset_reset="earliest")
         assert copy(consumer, names["output"], 100) == 100
         assert consumer.transactions[0] >= 2
-        assert sorted(c.committed_offset for c in m.claims(names["input"])) == [50, 50]
+        claims_when(m, names["input"],
+                    lambda cs: sorted(c.committed_offset for c in cs) == [50, 50])
         assert m.rationalizer.rejected_count(names["group"]) == 0
     with Marshaler(kafka_bootstrap, names["group"], "c2", HI, auth_keys=keys,
                    coordination_topic=names["coordination"]) as later:
-        assert sorted(c.committed_offset for c in later.claims(names["input"])) == [50, 50]
+        claims_when(later, names["input"],
+                    lambda cs: sorted(c.committed_offset for c in cs) == [50, 50])
         assert later.rationalizer.rejected_count(names["group"]) == 0
 
 
@@ -295,8 +314,8 @@ def test_a_frozen_member_resumed_after_the_takeover_commits_nothing(
         assert not resumed["ok"] and resumed["first"] == 10
         # The zombie's refused commit left b's committed offset where b's last commit put it
         # (b may since have given the partition to a, now live again: balancing, not harm).
-        committed = {c.key.partition: c.committed_offset for c in m.claims(names["input"])}
-        assert committed == {0: 40}
+        claims_when(m, names["input"],
+                    lambda cs: {c.key.partition: c.committed_offset for c in cs} == {0: 40})
     assert sources(read_topic(kafka_bootstrap, names["output"], 1)) == expected_sources(40, 1)
 
 
