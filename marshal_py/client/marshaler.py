@@ -436,7 +436,7 @@ class Marshaler:
             raise ConfigurationError("max_poll_interval must be > 0 seconds (or None)")
         if max_batch_ms is not None and mode != "share":
             raise ConfigurationError("max_poll_interval of a batch member applies to share mode "
-                                     "only (README, Spark)")
+                                     "only (docs/spark.md)")
         member: BatchMember
         if mode == "key-shared":
             keyed, source = self._key_shared_engine(wanted, offset_reset, data,

@@ -41,7 +41,7 @@ MODES = ("alo", "amo", "share", "key-shared")
 SourceFetcher = Literal["auto", "confluent", "kafka-python"]
 FETCHERS = ("auto", "confluent", "kafka-python")
 
-#: option name -> what it means (the README table is built from the same words)
+#: option name -> what it means (the table in docs/spark.md says the same)
 OPTIONS: dict[str, str] = {
     "bootstrap.servers": "Kafka bootstrap servers (required)",
     "group": "consumer group id (required)",
@@ -217,7 +217,7 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     if max_poll_interval is not None and mode != "share":
         raise ConfigurationError(
             "option 'max.poll.interval' applies to mode share only: in alo and amo a "
-            "micro-batch holds partitions, not records (see README, Spark)")
+            "micro-batch holds partitions, not records (see docs/spark.md)")
     fetcher = (get("fetcher") or "auto").lower()
     if fetcher not in FETCHERS:
         raise ConfigurationError(

@@ -242,7 +242,7 @@ def read_stream(spark: SparkSession, options: Mapping[str, str], process: Proces
     Args:
         spark: a session with Spark's Kafka connector (``local_session(name,
             **kafka_connector_conf())``, or ``spark.jars.packages``).
-        options: the options of ``format("marshal")`` that apply (README, Spark): mode
+        options: the options of ``format("marshal")`` that apply (docs/spark.md): mode
             ``alo`` or ``amo``; ``maxRecordsPerTrigger``, ``failOnDataLoss``,
             ``isolation.level`` and ``minPartitions`` go to the reader; ``kafka.<setting>``
             are kafka-python settings of the driver's coordination clients.

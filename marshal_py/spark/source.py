@@ -13,7 +13,7 @@
 The query is one member of the group, side by side with Python consumers of the same group:
 it holds its fair share of the partitions (or, in share mode, acquires records from every
 partition). See :mod:`marshal_py.spark.reader` for how a micro-batch is planned, read and
-committed, and README.md ("Spark") for the guarantee of each mode across restarts.
+committed, and docs/spark.md for the guarantee of each mode across restarts.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ leaves half a file).
 
 With ``--kafka-output`` the sink also produces every row to that topic (acks=all), keyed by
 the input record's coordinates ``<topic>/<partition>/<offset>``, before it writes the file:
-the recipe README's Spark section gives for Kafka output.
+the recipe docs/spark.md gives for Kafka output.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""A ``format("marshal")`` query writing to Kafka: what it gets (README, Spark section).
+"""A ``format("marshal")`` query writing to Kafka: what it gets (docs/spark.md).
 
 Spark commits a batch's input offsets after its sink ran, outside any Kafka transaction the
 sink could open, so output to Kafka is at-least-once: a query killed after its sink wrote a
 batch and before the batch's offsets were committed writes that batch again when it restarts.
-The recipe README gives -- key each output record by its input record's coordinates -- makes
+The recipe docs/spark.md gives -- key each output record by its input record's coordinates -- makes
 the copies identical, so a compacted output topic, or a reader that keeps the last record per
 key, sees every input record exactly once. (Exactly-once Kafka-to-Kafka without that is
 ``mode="eos"`` outside Spark: tests/integration/test_exactly_once.py.)

@@ -1,4 +1,4 @@
-"""``read_stream``: the driver coordinates, Spark's own Kafka reader reads (README, Spark).
+"""``read_stream``: the driver coordinates, Spark's own Kafka reader reads (docs/spark.md).
 
 The crash tests run the stream in a process of its own (tests/spark/range_stream_process.py,
 a session with Spark's Kafka connector), kill it with SIGKILL mid-run and start it again.
