@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from marshal_py.admin.cli_common import table_lines
 from marshal_py.admin.groups import ago, duration, group_rows, groups_json, overall_state
 from marshal_py.admin.lag import exclusive_committed, lag_report, report_lines, require_group
 from marshal_py.admin.watch import build_frame, frame_topics, render_frame
+from marshal_py.cli.common import table_lines
 from marshal_py.errors import MarshalError
 from marshal_py.protocol import ClaimingKeyRanges, KeyRangesHeartbeat
 from marshal_py.world import GroupState, Owner, Rationalizer, RationalizerConfig

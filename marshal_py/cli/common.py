@@ -1,8 +1,5 @@
-"""What the admin commands share: Kafka and replay options, opening the log, progress, tables.
-
-Kept apart from :mod:`marshal_py.cli` (which imports the admin commands when it registers
-them), so that importing a command never imports the CLI module a second time.
-"""
+"""What the commands share: Kafka and replay options, opening the log, progress, tables,
+one-line failures."""
 
 from __future__ import annotations
 
@@ -11,10 +8,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import click
 
+from marshal_py.admin.moments import MomentError
 from marshal_py.auth_keys import load_group_keys
 from marshal_py.client.source import KafkaPartitionSource
 from marshal_py.errors import (
@@ -248,3 +246,27 @@ def parse_time(value: str, option: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
+
+
+T = TypeVar("T")
+
+
+def fail(command: str, message: str) -> NoReturn:
+    """Print ``marshal COMMAND: error: MESSAGE`` on stderr and exit 2."""
+    click.echo(f"marshal {command}: error: {message}", err=True)
+    sys.exit(2)
+
+
+def resolve_moment(resolve: Callable[[], T]) -> T:
+    """``resolve()``, its :class:`MomentError` as a usage error of the option (exit 2)."""
+    try:
+        return resolve()
+    except MomentError as exc:
+        raise click.BadParameter(str(exc), param_hint=exc.option) from exc
+
+
+def iso(ms: int | None) -> str:
+    """A time in milliseconds as ISO 8601 UTC (``-`` for None)."""
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")

@@ -207,6 +207,6 @@ def _progress_to_stderr() -> Iterator[None]:
 
 if __name__ == "__main__":
     # Run the command from its importable module so that its logger is not named "__main__".
-    from marshal_py.devbroker.command import dev_broker as _dev_broker
+    from marshal_py.cli.dev_broker import dev_broker as _dev_broker
 
     _dev_broker(prog_name=PROG)
