@@ -223,7 +223,7 @@ def watch(bootstrap_servers: str, coordination_topic: str, timeout: float,
     from rich.console import Console
 
     from marshal_py.admin.watch import run_watch
-    from marshal_py.log.replay import catch_up
+    from marshal_py.replay.reading import catch_up
 
     stop = threading.Event()
     with open_log(bootstrap_servers, coordination_topic, timeout) as log, \

@@ -23,8 +23,8 @@ from marshal_py.errors import (
 )
 from marshal_py.kafka_properties import KafkaProperties, load_properties
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.protocol.auth import GroupKey
+from marshal_py.replay.reading import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"

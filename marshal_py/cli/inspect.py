@@ -36,8 +36,8 @@ from marshal_py.cli.common import (
     replay_options,
     resolve_moment,
 )
-from marshal_py.log.replay import catch_up, follow, seek_to_window
 from marshal_py.protocol.codec import DecodeError, decode
+from marshal_py.replay.reading import catch_up, follow, seek_to_window
 from marshal_py.world.rationalizer import Outcome, Rationalizer, RationalizerConfig
 
 

@@ -39,13 +39,13 @@ from marshal_py.errors import ConfigurationError
 from marshal_py.identity import new_instance_id
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
 from marshal_py.log.kafka_identity import IDENTITY_CHECK_S
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.messages import (
     DEFAULT_DELIVERY_LIMIT,
     DEFAULT_INFLIGHT_LIMIT,
     DEFAULT_LOCK_MS,
 )
+from marshal_py.replay.reading import DEFAULT_REPLAY_WINDOW_MS, catch_up
 from marshal_py.world import (
     DEFAULT_OFFSETS_RETENTION_MS,
     Owner,

@@ -25,13 +25,13 @@ from marshal_py.client.settings import (
 )
 from marshal_py.errors import ConfigurationError
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLogConfig
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.messages import (
     DEFAULT_DELIVERY_LIMIT,
     DEFAULT_INFLIGHT_LIMIT,
     DEFAULT_LOCK_MS,
 )
+from marshal_py.replay.reading import DEFAULT_REPLAY_WINDOW_MS
 
 if TYPE_CHECKING:
     from marshal_py.client.marshaler import Marshaler

@@ -21,9 +21,9 @@ from marshal_py.protocol.auth import Signature, is_signed
 from marshal_py.protocol.codec import DecodeError, decode_signed
 from marshal_py.protocol.index import IndexView
 from marshal_py.protocol.messages import Checkpoint, CheckpointChunk, Message
+from marshal_py.protocol.records import CoordinationRecord
 from marshal_py.world.checkpoint import CheckpointError
 from marshal_py.world.rationalizer import Rationalizer
-from marshal_py.world.records import CoordinationRecord
 
 log = logging.getLogger(__name__)
 
