@@ -86,14 +86,17 @@ def awaits_background_job(node_id: str) -> bool:
 class BackgroundJobs:
     """The session's jobs: started after collection, awaited by their tests."""
 
-    def __init__(self) -> None:
+    def __init__(self, inline: bool | None = None) -> None:
         self._root = Path(tempfile.mkdtemp(prefix="marshal-test-background-"))
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="background-job")
         self._futures: dict[str, Future[Outcome]] = {}
         self._lock = threading.Lock()
         self._running: subprocess.Popen[str] | None = None
         self._stopping = False
-        self.inline = os.environ.get("MARSHAL_TEST_BACKGROUND", "1") == "0"
+        #: Run each job when its test asks for it (``MARSHAL_TEST_BACKGROUND=0``, or when
+        #: the suite's workers are the parallelism) rather than from the end of collection.
+        self.inline = inline if inline is not None \
+            else os.environ.get("MARSHAL_TEST_BACKGROUND", "1") == "0"
 
     def start(self, selected_node_ids: Sequence[str]) -> None:
         """Queue, by ``order``, every declared job one of whose tests is selected."""

@@ -11,6 +11,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -35,15 +36,29 @@ PURE = ("unit", "property", "simulation", "golden")
 
 _BACKGROUND = pytest.StashKey[BackgroundJobs]()
 
+#: The pytest-xdist worker this process is (``gw0``, ...), or None when not under xdist.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[_BACKGROUND] = BackgroundJobs()
+    # Under pytest-xdist (``bin/test`` runs the suite on several workers) each worker runs
+    # a job when its test asks for it: the workers themselves are the parallelism.
+    config.stash[_BACKGROUND] = BackgroundJobs(inline=_XDIST_WORKER is not None or None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     jobs = config.stash.get(_BACKGROUND, None)
     if jobs is not None:
         jobs.stop()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (``bin/test``), hand the workers whole parts of the suite, the
+    longest first (see :mod:`tests.scheduling`)."""
+    from tests.scheduling import PartsScheduling
+
+    return PartsScheduling(config, log)
 
 
 def _is_pure(item: pytest.Item) -> bool:
@@ -60,7 +75,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             return 2
         return 0 if _is_pure(item) else 1
 
-    items.sort(key=rank)
+    if _XDIST_WORKER is not None:
+        # Under xdist the workers take parts of the suite up in this order (the longest
+        # first); every worker sorts alike.
+        from tests.scheduling import rank_of
+
+        items.sort(key=lambda item: rank_of(item.nodeid))
+    else:
+        items.sort(key=rank)
     if FAST:
         for item in items:
             _fewer_examples(item)

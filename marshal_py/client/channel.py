@@ -21,7 +21,7 @@ from marshal_py.log.signing import MessageWriter
 from marshal_py.protocol import Checkpoint, Message, coordination_partition
 from marshal_py.protocol.index import CheckpointAt, IndexView, checkpoint_key, encode_entry
 from marshal_py.protocol.messages import CheckpointChunk
-from marshal_py.replay.checkpoints import start_from_checkpoints
+from marshal_py.replay.checkpoints import history_floor, start_from_checkpoints
 from marshal_py.replay.reading import catch_up, follow_once, read_through, replay_start
 from marshal_py.world import CoordinationRecord, Outcome, Owner, Rationalizer
 from marshal_py.world.rationalizer import Verdict
@@ -98,21 +98,21 @@ class CoordinationChannel:
             if self.group is not None:
                 self.index = read_index_view(self.log)
             for partition in wanted:
-                window_start = replay_start(self.log, partition, now, replay_window_ms)
+                # Never past the end read before the index: with no record in the window,
+                # the lookup answers a later end (PROTOCOL.md 6.1, rule 4).
+                window_start = replay_start(self.log, partition, now, replay_window_ms,
+                                            end=ends[partition])
                 if self.group is None:
                     self.rationalizer.skip_to(partition, window_start)
                     start = window_start
                 else:
                     topics = [t for t, p in self.partitions.items() if p == partition]
-                    # The pairs' History in the index would let a joiner begin past the
-                    # window's start (history_floor). Not used: members of one group joining
-                    # together were seen to read an index without the History their peers
-                    # had written before their first records (8-member share benchmark,
-                    # 2026-11-24), and a joiner that begins past its peers' records disagrees
-                    # with them (it delivered records the log gave others). Until that read
-                    # is understood, a joiner without a checkpoint replays the window, other
-                    # groups' records read past by a byte test.
+                    # The pairs' History bounds the replay (PROTOCOL.md 6.1): a pair without
+                    # one on a declared topic begins at the end read before the index.
                     floors: dict[str, int] | None = None
+                    if self.trusts_index:
+                        floors = {t: history_floor(self.index, self.group, t, window_start,
+                                                   ends[partition]) for t in topics}
                     start = start_from_checkpoints(self.log, self.rationalizer, partition,
                                                    self.group, topics, window_start,
                                                    index=self.index, floors=floors)

@@ -70,7 +70,8 @@ class CoordinationLog(Protocol):
         ...
 
     def position_for_time(self, partition: int, timestamp_ms: int) -> int:
-        """The first position whose timestamp is >= ``timestamp_ms`` (the end if none)."""
+        """The first position whose timestamp is >= ``timestamp_ms`` (the end if none: as it
+        was when the lookup began, never past a record appended while it asked)."""
         ...
 
     def fetch(self, starts: Mapping[int, int], timeout_s: float) -> list[CoordinationRecord]:

@@ -465,13 +465,17 @@ class KafkaLog:
                 [tp], timeout_ms=int(timeout_s * 1000)))[tp])
 
     def position_for_time(self, partition: int, timestamp_ms: int) -> int:
+        """The first record at or after ``timestamp_ms``, or the end when there is none. The
+        end is read before the broker is asked for the time: read after, it could lie past
+        records appended in between (with their newer times), which the answer would skip."""
         tp = self._tp(partition)
+        end = self.end_position(partition)
         consumer = self._get_consumer()
         with _kafka_errors(self.config, "listing offsets by time"):
             found = self._patiently(lambda timeout_s: consumer.offsets_for_times(
                 {tp: max(0, timestamp_ms)}, timeout_ms=int(timeout_s * 1000)))[tp]
         if found is None:
-            return self.end_position(partition)
+            return end
         return int(found.offset)
 
     def read_position(self, partition: int) -> int | None:

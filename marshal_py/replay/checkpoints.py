@@ -201,22 +201,20 @@ def newest_checkpoints(log_: CoordinationLog, partition: int, group: str,
 
 def history_floor(index: IndexView | None, group: str, topic: str, window_start: int,
                   end: int) -> int:
-    """Where the replay of (``group``, ``topic``) may begin by the index (PROTOCOL.md
-    section 6): on a declared topic, at its history's start (the window's start when that
-    is later); else, and when the index shows no History of the pair, at ``window_start``.
+    """Where the replay of (``group``, ``topic``) may begin by the index (PROTOCOL.md 6.1,
+    rule 4): on a declared topic, at its history's start, or at ``end`` when the index
+    shows no History of the pair (the window's start when that is later); elsewhere at
+    ``window_start``.
 
-    A pair without History is NOT taken to have no records (``end`` is not a floor): members
-    of a new group that start together read the index before one another's History is
-    there, and one that started at the end would miss its peers' first records (found by
-    the share benchmark: a member that missed the share-partition's initialization handed
-    out records the log gave others). Such a member replays the window; other groups'
-    records cost it a byte test each. Call only for a reader that trusts the index (not for
+    ``end`` must have been read *before* the index, and ``window_start`` must not lie past
+    it (:func:`~marshal_py.log.replay.replay_start` with ``end``): a peer whose History the
+    index did not show yet appends its first records after the index was read, so at or
+    after ``end``, never below it. Call only for a reader that trusts the index (not for
     authenticated groups nor in compatibility mode)."""
-    del end  # kept for the signature's callers; see above
     if index is None or not index.declared:
         return window_start
     begins = index.history_start(group, topic)
-    return window_start if begins is None else max(window_start, begins)
+    return max(window_start, end if begins is None else begins)
 
 
 def start_from_checkpoints(log_: CoordinationLog, rationalizer: Rationalizer, partition: int,

@@ -18,13 +18,20 @@ DEFAULT_REPLAY_WINDOW_MS = 7 * 24 * 3600 * 1000
 _MAX_EMPTY_FETCHES = 5
 
 
-def replay_start(log_: CoordinationLog, partition: int, now_ms: int, window_ms: int) -> int:
+def replay_start(log_: CoordinationLog, partition: int, now_ms: int, window_ms: int, *,
+                 end: int | None = None) -> int:
     """Where a replay of ``partition`` begins: the first record not older than the window,
-    or the oldest retained record if that is later."""
+    or the oldest retained record if that is later.
+
+    ``end``: an end of the partition read earlier; the replay then begins at or before it
+    (records appended since are not older than the window). A joining member passes the
+    end it read before the index (PROTOCOL.md 6.1): with no record in the window, the
+    lookup answers an end read later, which can lie past the first records of a peer whose
+    ``History`` that index did not show."""
     start = log_.start_position(partition)
-    if window_ms <= 0:
-        return start
-    return max(start, log_.position_for_time(partition, now_ms - window_ms))
+    if window_ms > 0:
+        start = max(start, log_.position_for_time(partition, now_ms - window_ms))
+    return start if end is None else min(start, end)
 
 
 def catch_up(

@@ -142,6 +142,17 @@ def test_position_for_time(log: CoordinationLog) -> None:
     assert replay_start(log, 0, now_ms(), 0) == 0
 
 
+def test_a_replay_start_never_passes_the_end_read_before(log: CoordinationLog) -> None:
+    """With ``end`` (read before the index), the window's start is at or before it even when
+    the lookup finds no record in the window and answers a later end (PROTOCOL.md 6.1)."""
+    before = log.end_position(0)
+    log.append(0, b"a peer's first record")
+    later = now_ms() + 3_600_000  # no record in the window: the lookup answers the end
+    assert replay_start(log, 0, later, 1_000) == before + 1
+    assert replay_start(log, 0, later, 1_000, end=before) == before
+    assert replay_start(log, 0, now_ms(), 0, end=before) == 0  # earlier starts stay
+
+
 def test_catch_up_replays_into_the_same_world(log: CoordinationLog) -> None:
     topic = "events"
     cp = coordination_partition(topic, PARTITIONS)

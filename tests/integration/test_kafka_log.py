@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -99,6 +100,33 @@ def test_appends_are_durable_and_stamped_by_the_broker(kafka_bootstrap: str,
     assert [(r.position, r.timestamp_ms, r.value) for r in got] == [
         (r.position, r.timestamp_ms, r.value) for r in stored
     ]
+
+
+def test_a_time_lookup_never_answers_past_a_record_appended_while_it_asked(
+        kafka_bootstrap: str, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """position_for_time asks the broker for the first record at or after a time, finds
+    none, and a peer appends its first record before the answer is given: the answer is
+    the end as it was before asking, so a replay from it reads the peer's record (issue 22:
+    members of a new group began past their peers' first records)."""
+    topic = f"__marshal-{unique_name}"
+    config = KafkaLogConfig(bootstrap_servers=kafka_bootstrap, topic=topic, partitions=1)
+    with KafkaLog(config) as log, KafkaLog(replace(config, create_topic=False)) as peer:
+        consumer = log._get_consumer()
+        asked = consumer.offsets_for_times
+        appended: list[int] = []
+
+        def then_a_peer_appends(*args: object, **kwargs: object) -> object:
+            found = asked(*args, **kwargs)
+            appended.append(peer.append(0, b"a peer's first record").position)
+            return found
+
+        monkeypatch.setattr(consumer, "offsets_for_times", then_a_peer_appends)
+        since = int(time.time() * 1000) - 60_000
+        assert log.position_for_time(0, since) == 0
+        assert appended == [0]
+        monkeypatch.undo()
+        assert log.position_for_time(0, since) == 0  # the record is not older than the time
+        assert log.end_position(0) == 1
 
 
 # -- the layout (PROTOCOL.md section 3) --------------------------------------------------------

@@ -13,7 +13,7 @@ declared replay the window as before.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -126,9 +126,22 @@ class World:
 
 class FailingLog(MemoryLog):
     """Appends of several records can be made to stop half-way (a writer that fails while
-    writing a checkpoint's parts)."""
+    writing a checkpoint's parts); and a window lookup can be made to answer as Kafka's
+    two requests could (:attr:`meanwhile`)."""
 
     fail_after: int | None = None
+    #: Run once by the next :meth:`position_for_time` that finds no record at or after the
+    #: time, before it answers the end as it is then: what other writers do between the
+    #: two requests of a lookup on Kafka (offsets by time, then the end).
+    meanwhile: Callable[[], None] | None = None
+
+    def position_for_time(self, partition: int, timestamp_ms: int) -> int:
+        found = super().position_for_time(partition, timestamp_ms)
+        if self.meanwhile is None or found != self.end_position(partition):
+            return found
+        meanwhile, self.meanwhile = self.meanwhile, None
+        meanwhile()
+        return self.end_position(partition)
 
     def append_all(self, items: Sequence[tuple[int, bytes]]) -> list[CoordinationRecord]:
         parts = any(value.startswith(b"CheckpointChunk/") for _, value in items)
@@ -152,24 +165,55 @@ def counting(log: MemoryLog) -> list[int]:
     return handed
 
 
-def test_a_new_group_replays_the_window_but_applies_none_of_its_neighbours_records() -> None:
-    """A pair without History in the index replays the window (its peers' first records may
-    precede their History's visibility); its neighbours' records are read past, never
-    applied."""
+def test_a_new_group_starts_at_the_end_whatever_its_neighbours_wrote() -> None:
     w = World()
     w.neighbours.write(20_000)
+    end = w.log.end_position(CP)
+    handed = counting(w.log)
     new = w.member("brand.new", "a")
-    assert new.channel.replay_starts[CP] == 0  # the window's start (in memory: the log's)
+    assert new.channel.replay_starts[CP] == end
+    assert handed[0] < 10  # its own records, not its neighbours'
     w.run([new], 10, neighbours=50)
     assert set(new.holdings) == {("orders", p) for p in range(8)}
     view = w.joiner_view("brand.new")[0]
     assert view.groups() == [("brand.new", "orders")]  # never applied a neighbour's record
 
 
+def test_a_peer_that_joins_while_a_member_opens_is_never_skipped() -> None:
+    """Two members of a brand-new group join together (issue 22): the peer reads the index,
+    records its History and writes its first records after the member has read the index
+    (so the member sees no History and begins at the end it read before), but before the
+    member's window lookup answers -- with the end as it is then, past the peer's records
+    (a partition with no record in the window). The member must begin at or before the
+    end it read before the index, never at the later one, and so see its peer."""
+    w = World()
+    w.clock.advance(2 * WINDOW)
+    w.neighbours.write(50)  # a declared topic's partition, nothing of it in the window...
+    w.clock.advance(2 * WINDOW)
+    before = w.log.end_position(CP)
+    peers: list[MemberEngine] = []
+    w.log.meanwhile = lambda: peers.append(w.member("brand.new", "b"))
+    a = w.member("brand.new", "a")
+    assert len(peers) == 1 and w.log.meanwhile is None
+    b = peers[0]
+    assert a.channel.index is not None and a.channel.index.history_start(
+        "brand.new", "orders") is None  # read before the peer's History
+    assert a.channel.replay_starts[CP] == before  # not the end after the peer's records
+    assert b.channel.replay_starts[CP] == before
+    w.run([a, b], 10)
+    for member in (a, b):
+        members = member.rationalizer.members("brand.new", "orders", w.clock())
+        assert {m.client_id for m in members} == {"a", "b"}
+        assert member.rationalizer.snapshot("brand.new", "orders") == \
+            w.full.snapshot("brand.new", "orders")
+    held = [set(a.holdings), set(b.holdings)]
+    assert not held[0] & held[1]  # never both holding one partition
+
+
 def test_a_joiner_of_a_group_with_history_agrees_with_a_full_reader() -> None:
     """The group's history was written by writers that record it but write no checkpoint:
-    the joiner replays the window (History floors are not used, see channel.open), reads
-    its neighbours' records past, and knows exactly what a reader of every record knows."""
+    the joiner replays from where that history begins (not from the window's start), and
+    knows exactly what a reader of every record knows."""
     w = World()
     w.neighbours.write(2_000)
     began = w.log.end_position(CP)
@@ -178,8 +222,8 @@ def test_a_joiner_of_a_group_with_history_agrees_with_a_full_reader() -> None:
     joiner = w.member("orders.g", "b", checkpoint_interval_ms=10**9)
     index = joiner.channel.index
     assert index is not None
-    assert began <= index.history_start("orders.g", "orders") < began + 300
-    assert joiner.channel.replay_starts[CP] == 0
+    assert joiner.channel.replay_starts[CP] == index.history_start("orders.g", "orders")
+    assert began <= joiner.channel.replay_starts[CP] < began + 300
     w.run([joiner], 5)
     view, _ = w.joiner_view("orders.g")
     assert view.snapshot("orders.g", "orders") == w.full.snapshot("orders.g", "orders")
@@ -237,10 +281,8 @@ def test_an_authenticated_group_does_not_trust_absence() -> None:
     trusting = CoordinationChannel(w.log, Rationalizer(config()), SimClock(w.clock),
                                    ["orders"], group="sealed")
     trusting.open(WINDOW)
-    # No reader takes absence from the index as "no history" any more (channel.open): even
-    # one that trusts the index replays the window and sees the group's claims.
-    assert trusting.replay_starts[CP] < end
-    assert trusting.rationalizer.claims("sealed", "orders")
+    assert trusting.replay_starts[CP] == end
+    assert not trusting.rationalizer.claims("sealed", "orders")
 
 
 def test_compat_members_and_undeclared_topics_replay_the_window() -> None:

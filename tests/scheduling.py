@@ -1,0 +1,64 @@
+"""How ``bin/test`` spreads the suite over pytest-xdist workers.
+
+Most of the suite waits: on heartbeat intervals, leases, brokers and Spark jobs. Several
+workers (``bin/test`` runs four) use those waits, each with a broker of its own (the session
+fixtures are per worker). A worker is handed whole *parts*: a test file, or for the Spark
+tests one of three fixed sets of files, so that each Spark session (a JVM and Python workers)
+starts once per part and the standalone cluster once in the whole run. Parts go out longest
+first -- the Spark parts, the jobs with a program of their own, the fault campaigns -- and
+the pure tests, quick and many, fill the gaps at the end.
+
+Each worker sorts its collection by :func:`rank_of` (the same order in every worker, as xdist
+requires), and :class:`PartsScheduling` hands the parts out in that order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xdist.scheduler import LoadScopeScheduling
+
+#: The Spark test files by part, about the same length each (2026-11-25: 3-5 minutes).
+SPARK_PARTS = {
+    "spark-streams": ("test_range_stream.py", "test_example_pipeline.py",
+                      "test_kafka_output.py", "test_fetch.py", "test_source_auth.py"),
+    "spark-source": ("test_source_integration.py", "test_transactional_input.py",
+                     "test_source_key_shared.py"),
+    "spark-cluster": ("test_cluster.py", "test_source_cluster.py", "test_audit_engines.py"),
+}
+_PART_OF_SPARK_FILE = {f"tests/spark/{name}": part
+                       for part, names in SPARK_PARTS.items() for name in names}
+
+#: Parts (or directories) in the order the workers take them up; the rest follow, then the
+#: pure tests.
+FIRST = ("spark-streams", "spark-source", "spark-cluster", "tests/test_bench_quick.py",
+         "tests/chaos/", "tests/failure/")
+PURE = ("tests/unit/", "tests/property/", "tests/simulation/", "tests/golden/",
+        "tests/contract/")
+
+
+def part_of(nodeid: str) -> str:
+    """The part of the suite a test belongs to (one worker runs a part whole)."""
+    path = nodeid.split("::", 1)[0]
+    return _PART_OF_SPARK_FILE.get(path, path)
+
+
+def rank_of(nodeid: str) -> int:
+    """Where the test's part comes in the order the workers take parts up."""
+    part = part_of(nodeid)
+    for rank, first in enumerate(FIRST):
+        if part == first or (first.endswith("/") and part.startswith(first)):
+            return rank
+    return len(FIRST) + (1 if part.startswith(PURE) else 0)
+
+
+class PartsScheduling(LoadScopeScheduling):
+    """xdist's scope scheduling with :func:`part_of` as the scope, in collection order."""
+
+    def __init__(self, config: Any, log: Any = None) -> None:
+        super().__init__(config, log)
+        # The workers' collection is already in the order parts should go out.
+        config.option.loadscopereorder = False
+
+    def _split_scope(self, nodeid: str) -> str:
+        return part_of(nodeid)
