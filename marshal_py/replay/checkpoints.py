@@ -207,7 +207,7 @@ def history_floor(index: IndexView | None, group: str, topic: str, window_start:
     ``window_start``.
 
     ``end`` must have been read *before* the index, and ``window_start`` must not lie past
-    it (:func:`~marshal_py.log.replay.replay_start` with ``end``): a peer whose History the
+    it (:func:`~marshal_py.replay.reading.replay_start` with ``end``): a peer whose History the
     index did not show yet appends its first records after the index was read, so at or
     after ``end``, never below it. Call only for a reader that trusts the index (not for
     authenticated groups nor in compatibility mode)."""
