@@ -1,5 +1,5 @@
 """``python -m marshal_py.cli``: the ``marshal`` command."""
 
-from marshal_py.cli.main import main
+from marshal_py.cli.app import main
 
 main()
