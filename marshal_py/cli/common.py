@@ -3,6 +3,7 @@ one-line failures."""
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -270,3 +271,36 @@ def iso(ms: int | None) -> str:
     if ms is None:
         return "-"
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+@contextmanager
+def serving(consumer: Any) -> Iterator[None]:
+    """Run a command's consume loop: SIGTERM and Ctrl-C stop ``consumer`` (it finishes the
+    record or batch in hand), and whatever ends the loop, the previous signal handlers come
+    back and the consumer is closed (committing and releasing what it holds)."""
+    previous = {sig: signal.signal(sig, lambda signum, frame: consumer.stop())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        consumer.close()
+
+
+class ProgressLine:
+    """``<verb> N records`` on stderr at most every ``every_s`` seconds (unless disabled:
+    records printed on stdout say enough)."""
+
+    def __init__(self, verb: str, enabled: bool, every_s: float = 5.0) -> None:
+        self.verb = verb
+        self.enabled = enabled
+        self.every_s = every_s
+        self._last = time.monotonic()
+
+    def update(self, count: int) -> None:
+        """Report ``count`` if the last report is old enough."""
+        now = time.monotonic()
+        if self.enabled and now - self._last >= self.every_s:
+            self._last = now
+            click.echo(f"{self.verb} {count:,} records", err=True)

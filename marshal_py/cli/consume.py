@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -13,16 +12,18 @@ from typing import Any, cast
 
 import click
 
-from marshal_py.admin.mirror import check_topics_exist, mirror
 from marshal_py.cli.admin import metrics_options, start_metrics
 from marshal_py.cli.common import (
+    ProgressLine,
     auth_keys_option,
     current_group_keys,
     current_index_topic,
     current_kafka_config,
     kafka_log_config,
     kafka_options,
+    serving,
 )
+from marshal_py.cli.mirror import check_topics_exist, mirror
 from marshal_py.client.consumer import Consumer
 from marshal_py.client.engine_types import Balance, Mode, OffsetReset
 from marshal_py.client.eos_consumer import DEFAULT_TRANSACTION_TIMEOUT_MS
@@ -212,11 +213,9 @@ def _started(marshaler: Any, group: str, topics: Sequence[str]) -> None:
 
 def _consume_loop(consumer: Consumer | ShareConsumer | KeySharedConsumer, print_records: bool,
                   max_records: int | None, poison: set[int]) -> int:
-    previous = {sig: signal.signal(sig, lambda signum, frame: consumer.stop())
-                for sig in (signal.SIGTERM, signal.SIGINT)}
     count = 0
-    last_report = time.monotonic()
-    try:
+    progress = ProgressLine("consumed", enabled=not print_records)
+    with serving(consumer):
         for record in consumer:
             if print_records:
                 line = _record_json(record)
@@ -235,14 +234,7 @@ def _consume_loop(consumer: Consumer | ShareConsumer | KeySharedConsumer, print_
                 except CommitFailedError as exc:
                     click.echo(f"marshal consume: {exc}", err=True)
             count += 1
-            now = time.monotonic()
-            if not print_records and now - last_report >= 5:
-                last_report = now
-                click.echo(f"consumed {count:,} records", err=True)
+            progress.update(count)
             if max_records is not None and count >= max_records:
                 break
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        consumer.close()
     return count
