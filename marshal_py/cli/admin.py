@@ -331,7 +331,7 @@ def start_metrics(marshaler: Any) -> None:
     port = ctx.meta.get("marshal.metrics_port")
     if port is None:
         return
-    from marshal_py.metrics import serve
+    from marshal_py.client.metrics import serve
 
     server = serve(marshaler, port, ctx.meta.get("marshal.metrics_addr", "127.0.0.1"))
     ctx.call_on_close(server.close)

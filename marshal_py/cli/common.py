@@ -14,15 +14,15 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from marshal_py.admin.moments import MomentError
-from marshal_py.auth_keys import load_group_keys
 from marshal_py.client.source import KafkaPartitionSource
+from marshal_py.config.group_keys import load_group_keys
+from marshal_py.config.kafka_properties import KafkaProperties, load_properties
 from marshal_py.errors import (
     BrokerUnavailableError,
     ConfigurationError,
     MarshalError,
     TopicNotFoundError,
 )
-from marshal_py.kafka_properties import KafkaProperties, load_properties
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.replay.reading import DEFAULT_REPLAY_WINDOW_MS

@@ -28,9 +28,10 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from marshal_py import jvm
+from marshal_py.devbroker import jvm
 from marshal_py.devbroker.broker_log import read_log_tail, startup_failure
 from marshal_py.devbroker.jars import KAFKA_VERSION, pinned_kafka_version, resolve_kafka_jars
+from marshal_py.devbroker.jvm import die_with_parent, free_port
 from marshal_py.devbroker.storage import (
     check_formatted_by,
     format_storage,
@@ -38,7 +39,6 @@ from marshal_py.devbroker.storage import (
     series,
 )
 from marshal_py.errors import DevBrokerError
-from marshal_py.jvm import die_with_parent, free_port
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ logger.request.level = WARN
 
 def find_java(kafka_version: str = KAFKA_VERSION) -> tuple[str, int]:
     """The ``java`` to run the broker with and its major version (see
-    :func:`marshal_py.jvm.find_java`); raises :class:`DevBrokerError`."""
+    :func:`marshal_py.devbroker.jvm.find_java`); raises :class:`DevBrokerError`."""
     return jvm.find_java(f"the Kafka {kafka_version} broker", DevBrokerError)
 
 

@@ -26,7 +26,6 @@ from click.testing import CliRunner
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from marshal_py import jvm
 from marshal_py.cli.dev_broker import dev_broker
 from marshal_py.devbroker import (
     KAFKA_VERSION,
@@ -34,6 +33,7 @@ from marshal_py.devbroker import (
     DevBroker,
     DevCluster,
     default_cache_dir,
+    jvm,
     pinned_kafka_version,
     resolve_kafka_jars,
 )

@@ -192,7 +192,7 @@ def test_table_lines_align_and_show_missing_values() -> None:
 
 
 def test_metrics_collector_reads_a_consumer_defensively_and_stays_monotonic() -> None:
-    from marshal_py.metrics import MarshalCollector
+    from marshal_py.client.metrics import MarshalCollector
 
     r = replay(lag_scenario())
     holding = SimpleNamespace(cursor=SimpleNamespace(committed=120))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from marshal_py.auth_keys import load_group_keys
+from marshal_py.config.group_keys import load_group_keys
 from marshal_py.errors import ConfigurationError
 from marshal_py.log import MemoryLog, VirtualClock
 from marshal_py.log.signing import MessageWriter
