@@ -38,7 +38,8 @@ from marshal_py.devbroker.jars import (
 from marshal_py.devbroker.security import ADMIN_USER, SecureDevBroker
 from marshal_py.errors import DevBrokerError
 
-log = logging.getLogger(__name__)
+# Under the devbroker package's logger, whose handler prints every line of the command.
+log = logging.getLogger("marshal_py.devbroker.command")
 
 PROG = "marshal dev-broker"
 
