@@ -12,7 +12,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from marshal_py.jvm import die_with_parent
+from marshal_py.devbroker.jvm import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
 

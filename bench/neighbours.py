@@ -42,7 +42,7 @@ from bench.harness import BenchContext, BenchError
 from bench.replay import traffic
 from bench.report import Measured, Table, ratio
 from marshal_py import Marshaler
-from marshal_py.jvm import die_with_parent
+from marshal_py.devbroker.jvm import die_with_parent
 from marshal_py.log.history import record_history
 from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
 

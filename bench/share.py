@@ -249,7 +249,7 @@ class Observer:
         return self.log.end_position(self.partition)
 
     def poll(self) -> bool:
-        from marshal_py.log.replay import catch_up
+        from marshal_py.replay.reading import catch_up
 
         catch_up(self.log, self.rationalizer, [self.partition])
         return self.done_position is not None

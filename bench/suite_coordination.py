@@ -73,7 +73,7 @@ from bench.rationalizer import COORD, HI_MS, build_log
 from bench.report import Measured, Plot, SuiteReport, Table, ratio
 from marshal_py import Marshaler
 from marshal_py.client.engine_types import Mode
-from marshal_py.jvm import die_with_parent
+from marshal_py.devbroker.jvm import die_with_parent
 from marshal_py.protocol import decode_signed
 from marshal_py.world import Rationalizer, RationalizerConfig
 

@@ -68,8 +68,9 @@ from bench.harness import BenchContext, BenchError
 from bench.rationalizer import COORD, build_share_log
 from bench.report import Measured, Plot, SuiteReport, Table
 from marshal_py.client.engine import EngineConfig, MemberEngine
-from marshal_py.jvm import die_with_parent
-from marshal_py.log import MemoryLog, VirtualClock, catch_up
+from marshal_py.devbroker.jvm import die_with_parent
+from marshal_py.log import MemoryLog, VirtualClock
+from marshal_py.replay import catch_up
 from marshal_py.world import Outcome, Rationalizer, RationalizerConfig, Verdict
 from tests.simulation.harness import MemoryTopic, SimClock
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 from bench.cli_process import ROOT
 from bench.consumer import BenchError
-from marshal_py.jvm import die_with_parent
+from marshal_py.devbroker.jvm import die_with_parent
 from marshal_py.protocol import parse_ranges
 
 

@@ -201,7 +201,7 @@ class Follower:
 
     def poll(self) -> None:
         """Apply what was appended since the last call (a broker hiccup is retried later)."""
-        from marshal_py.log import catch_up
+        from marshal_py.replay import catch_up
 
         try:
             catch_up(self.log, self.rationalizer, [self.home], fetch_timeout_s=0.5)

@@ -4,7 +4,6 @@ Consumers write small records to a coordination topic (``__marshal``); every cli
 that log with the same deterministic rationalizer and so reaches the same world state.
 """
 
-from marshal_py.auth_keys import load_group_keys
 from marshal_py.client import (
     Consumer,
     ExactlyOnceConsumer,
@@ -14,6 +13,8 @@ from marshal_py.client import (
     ShareRecord,
     TransactionBatch,
 )
+from marshal_py.config.group_keys import load_group_keys
+from marshal_py.config.kafka_properties import load_properties
 from marshal_py.errors import (
     BrokerUnavailableError,
     ClientIdInUseError,
@@ -28,7 +29,6 @@ from marshal_py.errors import (
     TopicNotFoundError,
     TopicRecreatedError,
 )
-from marshal_py.kafka_properties import load_properties
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.world import (
     ClaimStatus,

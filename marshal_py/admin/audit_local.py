@@ -29,9 +29,9 @@ from marshal_py.admin.audit import (
 )
 from marshal_py.errors import ConfigurationError
 from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
-from marshal_py.log.replay import catch_up
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.placement import coordination_partition
+from marshal_py.replay.reading import catch_up
 from marshal_py.world.rationalizer import Rationalizer, RationalizerConfig
 
 log = logging.getLogger(__name__)

@@ -19,9 +19,9 @@ import click
 
 from marshal_py.errors import MarshalError
 from marshal_py.log.base import CoordinationLog
-from marshal_py.log.checkpoints import read_range
 from marshal_py.protocol.placement import coordination_partition
-from marshal_py.world.records import CoordinationRecord
+from marshal_py.protocol.records import CoordinationRecord
+from marshal_py.replay.checkpoints import read_range
 
 #: How far below a position its last record is looked for (transaction markers between).
 _DATING_REACH = 64

@@ -21,7 +21,6 @@ from marshal_py.errors import MarshalError
 from marshal_py.identity import new_instance_id
 from marshal_py.log.base import CoordinationLog
 from marshal_py.log.history import record_history
-from marshal_py.log.replay import catch_up
 from marshal_py.log.signing import MessageWriter
 from marshal_py.protocol import (
     GroupKey,
@@ -30,6 +29,7 @@ from marshal_py.protocol import (
     ResettingSharePartition,
     coordination_partition,
 )
+from marshal_py.replay.reading import catch_up
 from marshal_py.world import Outcome, Verdict
 from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS
 

@@ -7,11 +7,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from marshal_py.log.base import CoordinationLog
-from marshal_py.log.checkpoints import start_from_checkpoints
 from marshal_py.log.history import read_index_view
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up, replay_start
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.placement import coordination_partition
+from marshal_py.replay.checkpoints import start_from_checkpoints
+from marshal_py.replay.reading import DEFAULT_REPLAY_WINDOW_MS, catch_up, replay_start
 from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS
 from marshal_py.world.rationalizer import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,

@@ -15,14 +15,14 @@ from marshal_py.client.engine_types import EngineClock
 from marshal_py.errors import CoordinationLogLostError, MarshalError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.log.checkpoint_chunks import split_checkpoint
-from marshal_py.log.checkpoints import history_floor, start_from_checkpoints
 from marshal_py.log.history import read_index_view, record_history
 from marshal_py.log.record_filter import RecordFilter
-from marshal_py.log.replay import catch_up, follow_once, read_through, replay_start
 from marshal_py.log.signing import MessageWriter
 from marshal_py.protocol import Checkpoint, Message, coordination_partition
 from marshal_py.protocol.index import CheckpointAt, IndexView, checkpoint_key, encode_entry
 from marshal_py.protocol.messages import CheckpointChunk
+from marshal_py.replay.checkpoints import history_floor, start_from_checkpoints
+from marshal_py.replay.reading import catch_up, follow_once, read_through, replay_start
 from marshal_py.world import CoordinationRecord, Outcome, Owner, Rationalizer
 from marshal_py.world.rationalizer import Verdict
 

@@ -80,7 +80,7 @@ class StopAndErrors:
         self._stop = threading.Event()
         self._closed = False
         self._error: BaseException | None = None
-        #: Records handed out to the application so far (read by marshal_py.metrics).
+        #: Records handed out to the application so far (read by marshal_py.client.metrics).
         self.records_delivered = 0
         #: The max_poll_interval watch, for consumers that have one.
         self._watch: PollWatch | None = None

@@ -29,7 +29,7 @@ from marshal_py.errors import (
     MarshalError,
 )
 from marshal_py.log.base import CoordinationLog
-from marshal_py.log.replay import follow_once
+from marshal_py.replay.reading import follow_once
 from marshal_py.world import Rationalizer
 
 log = logging.getLogger(__name__)

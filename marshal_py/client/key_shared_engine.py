@@ -58,11 +58,11 @@ from __future__ import annotations
 
 import logging
 import random
-from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from marshal_py.client.engine_types import EngineClock, PartitionSource
+from marshal_py.client.key_slots import TP, KeySharedStats, SlotHolding
 from marshal_py.client.member_base import GroupMember, MemberConfig
 from marshal_py.errors import MarshalError
 from marshal_py.log.base import CoordinationLog
@@ -80,109 +80,11 @@ from marshal_py.world.key_shared import KeySharedPartition
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 
 
 @dataclass(frozen=True)
 class KeySharedConfig(MemberConfig):
     """Settings of one key-shared member: those of :class:`MemberConfig`, nothing more."""
-
-
-@dataclass
-class KeySharedStats:
-    """Counters a caller can show or assert on."""
-
-    claims: int = 0
-    slots_proposed: int = 0
-    slots_won: int = 0
-    slots_released: int = 0
-    slots_lost: int = 0
-    heartbeats: int = 0
-    heartbeat_failures: int = 0
-    delivered: int = 0
-    #: Records offered by the caller that were not this member's to hand out (other slots,
-    #: or already past the slot's cursor): the price of every member reading the partition.
-    skipped: int = 0
-    seeks: int = 0
-
-
-@dataclass
-class SlotHolding:
-    """This member's slots of one partition and its delivery cursors there."""
-
-    topic: str
-    partition: int
-    #: Slots this member owns in the log (as last read), including those being released.
-    owned: set[int] = field(default_factory=set)
-    #: Owned slots whose records are handed out (not being released).
-    active: set[int] = field(default_factory=set)
-    #: n[s]: the next offset of slot s to hand out, for every owned slot. For an active slot
-    #: the effective cursor is max(n[s], scan): the scan passed every record below it.
-    cursor: dict[int, int] = field(default_factory=dict)
-    #: Next offset the caller will offer in this fetch epoch (None while nothing is active).
-    scan: int | None = None
-    epoch: int = 0
-    #: Handed out, not yet committed: offset -> slot.
-    outstanding: dict[int, int] = field(default_factory=dict)
-    #: Micro-batch members: ranges handed out at once, not yet committed: start offset ->
-    #: the slots whose records they deliver (each counted once in ``per_slot``).
-    batches: dict[int, set[int]] = field(default_factory=dict)
-    per_slot: Counter[int] = field(default_factory=Counter)
-    #: Broker time of our last claim or heartbeat seen applied in the log, plus one HI.
-    lease_until_ms: int = 0
-    next_heartbeat_ms: int = 0
-    last_renewal_ms: int = 0
-    #: The last sticky assignment and its inputs (live owners, members).
-    target_inputs: tuple[list[Owner | None], list[Owner]] | None = None
-    target: list[Owner | None] = field(default_factory=list)
-
-    def effective(self, slot: int) -> int:
-        """The slot's next offset to hand out, counting what the scan passed over."""
-        n = self.cursor[slot]
-        if slot in self.active and self.scan is not None and self.scan > n:
-            return self.scan
-        return n
-
-    def materialize(self, upto: int | None = None) -> None:
-        """Fold the scan position (or ``upto``) into the cursors of the active slots."""
-        position = self.scan if upto is None else upto
-        if position is None:
-            return
-        for slot in self.active:
-            if self.cursor[slot] < position:
-                self.cursor[slot] = position
-
-    def commit_floor(self) -> int | None:
-        """W: the offset a heartbeat commits for every owned slot (None when none owned).
-
-        The lowest of the uncommitted handed-out offsets and of the slots' cursors: a slot
-        won while records of other slots are in processing may start below all of them.
-        """
-        if not self.owned:
-            return None
-        floor = min(self.effective(s) for s in self.owned)
-        if self.outstanding:
-            floor = min(floor, min(self.outstanding))
-        if self.batches:
-            floor = min(floor, min(self.batches))
-        return floor
-
-    def drop(self, slots: Iterable[int]) -> None:
-        """Forget slots no longer owned (released or lost) and their uncommitted records."""
-        gone = set(slots)
-        if not gone:
-            return
-        self.owned -= gone
-        self.active -= gone
-        for slot in gone:
-            self.cursor.pop(slot, None)
-            self.per_slot.pop(slot, None)
-        for offset in [o for o, s in self.outstanding.items() if s in gone]:
-            del self.outstanding[offset]
-        for start, slots in list(self.batches.items()):
-            slots -= gone
-            if not slots:
-                del self.batches[start]
 
 
 def _distinct(owners: list[Owner | None]) -> list[Owner]:
@@ -519,99 +421,39 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
 
     def deliver(self, topic: str, partition: int, epoch: int, offset: int, slot: int) -> bool:
         """Offer a fetched record (in offset order) right before handing it out; True hands
-        it out and advances its slot's cursor past it.
-
-        False when it is not ours to hand out (another slot, a slot being released, already
-        handed out), when it was fetched under an older epoch, or when the lease lapsed —
-        then the epoch moves on and the partition is fetched again from this record.
-        """
+        it out and advances its slot's cursor past it (:meth:`SlotHolding.deliver`)."""
         holding = self.holdings.get((topic, partition))
-        if (holding is None or holding.epoch != epoch or holding.scan is None
-                or offset < holding.scan):
-            return False
-        if self.clock.now_ms() >= holding.lease_until_ms:
-            holding.materialize(offset)
-            holding.scan = offset
-            holding.epoch += 1
-            self.stats.seeks += 1
-            return False
-        holding.scan = offset + 1
-        if slot not in holding.active or offset < holding.cursor[slot]:
-            self.stats.skipped += 1
-            return False
-        holding.cursor[slot] = offset + 1
-        holding.outstanding[offset] = slot
-        holding.per_slot[slot] += 1
-        self.stats.delivered += 1
-        return True
+        return holding is not None and holding.deliver(epoch, offset, slot,
+                                                       self.clock.now_ms(), self.stats)
 
     def passed(self, topic: str, partition: int, epoch: int, position: int) -> None:
         """The fetch of ``epoch`` passed every offset below ``position`` after the records
-        offered so far: those hold no record (transaction markers, aborted or compacted-away
-        records), so the scan, and with it the committed offset, moves past them."""
+        offered so far (:meth:`SlotHolding.passed`)."""
         holding = self.holdings.get((topic, partition))
-        if (holding is None or holding.epoch != epoch or holding.scan is None
-                or position <= holding.scan
-                or self.clock.now_ms() >= holding.lease_until_ms):
-            return
-        holding.scan = position
+        if holding is not None:
+            holding.passed(epoch, position, self.clock.now_ms())
 
     def commit(self, topic: str, partition: int, offset: int) -> bool:
         """Mark a handed-out record processed. False if it was not outstanding (its slot was
         lost meanwhile, or it was committed already)."""
         holding = self.holdings.get((topic, partition))
-        if holding is None:
-            return False
-        slot = holding.outstanding.pop(offset, None)
-        if slot is None:
-            return False
-        left = holding.per_slot[slot] - 1
-        if left:
-            holding.per_slot[slot] = left
-        else:
-            del holding.per_slot[slot]
-        return True
+        return holding is not None and holding.commit(offset)
 
     # -- micro-batch members --------------------------------------------------------------------
 
     def hand_out_range(self, topic: str, partition: int, end: int
                        ) -> tuple[int, frozenset[int], dict[int, int]] | None:
-        """Hand out at once every record of this member's active slots of a partition from
-        the scan position up to ``end`` (exclusive), for a micro-batch whose workers read the
-        range and keep the records of these slots. Returns (start, slots, starts): a slot in
-        ``starts`` delivers only from that offset on (records below it were handed out
-        before). None when nothing may be handed out: no active slot, the lease lapsed, or
-        nothing below ``end``. Report the batch processed with :meth:`commit_range`; until
-        then its slots are not released and the heartbeats commit no further than its
-        start."""
+        """Hand out at once every record of this member's active slots of a partition up to
+        ``end`` (exclusive), for a micro-batch (:meth:`SlotHolding.hand_out_range`); report it
+        processed with :meth:`commit_range`."""
         holding = self.holdings.get((topic, partition))
-        if (holding is None or not holding.active or holding.scan is None
-                or holding.scan >= end or self.clock.now_ms() >= holding.lease_until_ms):
-            return None
-        start = holding.scan
-        slots = frozenset(holding.active)
-        starts = {s: holding.cursor[s] for s in slots if holding.cursor[s] > start}
-        for slot in slots:
-            holding.cursor[slot] = max(holding.cursor[slot], end)
-            holding.per_slot[slot] += 1
-        holding.scan = end
-        holding.batches.setdefault(start, set()).update(slots)
-        return start, slots, starts
+        return None if holding is None else holding.hand_out_range(end, self.clock.now_ms())
 
     def commit_range(self, topic: str, partition: int, start: int) -> bool:
         """The micro-batch range of a partition handed out from ``start`` is processed. False
         if no such range is outstanding (its slots were lost meanwhile)."""
         holding = self.holdings.get((topic, partition))
-        slots = None if holding is None else holding.batches.pop(start, None)
-        if holding is None or slots is None:
-            return False
-        for slot in slots:
-            left = holding.per_slot[slot] - 1
-            if left > 0:
-                holding.per_slot[slot] = left
-            else:
-                holding.per_slot.pop(slot, None)
-        return True
+        return holding is not None and holding.commit_range(start)
 
     def may_deliver(self, topic: str, partition: int, slot: int) -> bool:
         """Would a record of ``slot`` be handed out now (owned, not releasing, lease valid)?"""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import socket
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,37 +19,33 @@ from marshal_py.client.batch_member import (
 from marshal_py.client.channel import DEFAULT_CHECKPOINT_INTERVAL_MS
 from marshal_py.client.clock import BrokerClock
 from marshal_py.client.consumer import Consumer
-from marshal_py.client.engine import EngineConfig, MemberEngine
-from marshal_py.client.engine_types import Balance, EngineMode, Mode, OffsetReset
+from marshal_py.client.engine_types import Balance, Mode, OffsetReset
+from marshal_py.client.engines import EngineFactory
 from marshal_py.client.eos_consumer import DEFAULT_TRANSACTION_TIMEOUT_MS, ExactlyOnceConsumer
 from marshal_py.client.fetchers import FetcherKind, OpeningFetcher
 from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
 from marshal_py.client.host import MemberHost
 from marshal_py.client.key_shared_consumer import CommitMode, KeySharedConsumer
-from marshal_py.client.key_shared_engine import KeySharedConfig, KeySharedEngine
 from marshal_py.client.member_base import DEFAULT_MAX_POLL_INTERVAL_MS, Compat
 from marshal_py.client.settings import (
     IsolationLevel,
     MarshalerConfig,
-    data_config,
-    isolation_level_of,
     seconds_to_ms,
 )
 from marshal_py.client.share_consumer import AckMode, ShareConsumer
-from marshal_py.client.share_engine import ShareConfig, ShareEngine
 from marshal_py.client.source import KafkaPartitionSource
 from marshal_py.client.transactions import KafkaFencing
 from marshal_py.errors import ConfigurationError
 from marshal_py.identity import new_instance_id
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
 from marshal_py.log.kafka_identity import IDENTITY_CHECK_S
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS, catch_up
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.messages import (
     DEFAULT_DELIVERY_LIMIT,
     DEFAULT_INFLIGHT_LIMIT,
     DEFAULT_LOCK_MS,
 )
+from marshal_py.replay.reading import DEFAULT_REPLAY_WINDOW_MS, catch_up
 from marshal_py.world import (
     DEFAULT_OFFSETS_RETENTION_MS,
     Owner,
@@ -164,6 +159,9 @@ class Marshaler:
             self._log.close()
             raise
         self.clock = BrokerClock()
+        self._engines = EngineFactory(self.config, group_id, self.client_id, self.instance_id,
+                                      self._log, self._log_config, self.rationalizer,
+                                      self.clock, self._lock)
         self._consumer: Consumer | ShareConsumer | KeySharedConsumer | BatchMember | None = None
         self._source: KafkaPartitionSource | None = None
         self._closed = False
@@ -316,11 +314,7 @@ class Marshaler:
         out is committed by the next) or ``"explicit"`` (``commit(record)``).
         One consumer per Marshaler at a time.
         """
-        if self._closed:
-            raise ConfigurationError("this Marshaler is closed")
-        if self._consumer is not None:
-            raise ConfigurationError("this Marshaler already has an open consumer; close it "
-                                     "first or use another Marshaler")
+        self._check_no_consumer()
         if commit_mode not in ("implicit", "explicit"):
             raise ConfigurationError(
                 f"commit_mode must be 'implicit' or 'explicit', not {commit_mode!r}")
@@ -332,7 +326,7 @@ class Marshaler:
                 f"compat={self.config.compat!r} consumes in 'alo' or 'amo' only (the original "
                 f"implementation has no {mode} mode)")
         wanted = tuple(dict.fromkeys(topics))
-        data = self._data_config(isolation_level)
+        data = self._engines.data_config(isolation_level)
         max_poll_ms = seconds_to_ms(max_poll_interval, "max_poll_interval")
         consumer: Consumer | ShareConsumer | KeySharedConsumer
         if mode == "key-shared" or mode == "share":
@@ -340,16 +334,16 @@ class Marshaler:
             opening = OpeningFetcher(self.config.fetcher, data, wanted)
             try:
                 if mode == "key-shared":
-                    keyed, source = self._key_shared_engine(wanted, offset_reset, data,
+                    keyed, source = self._engines.key_shared(wanted, offset_reset, data,
                                                             max_poll_ms)
-                    consumer = KeySharedConsumer(self._host, keyed, data, self._tick_s,
+                    consumer = KeySharedConsumer(self._host, keyed, data, self._engines.tick_s,
                                                  commit_mode, fetcher=opening)
                 else:
-                    share, source = self._share_engine(
+                    share, source = self._engines.share(
                         wanted, offset_reset, lock_duration, delivery_limit, inflight_limit,
                         batch_size, start_time, dead_letter_topic, data, max_poll_ms)
                     consumer = ShareConsumer(
-                        self._host, share, data, self._share_tick_s(lock_duration),
+                        self._host, share, data, self._engines.share_tick_s(lock_duration),
                         acknowledgement, dead_letter_topic, fetcher=opening)
             except BaseException:
                 opening.abandon()
@@ -362,7 +356,7 @@ class Marshaler:
             # The data fetcher connects while the member joins (both are round trips).
             opening = OpeningFetcher(self.config.fetcher, data, wanted)
             try:
-                engine, source = self._exclusive_engine(
+                engine, source = self._engines.exclusive(
                     wanted, mode, offset_reset, balance, max_claims, release_lag, data,
                     fencing, amo_window_records=amo_batch_size,
                     amo_window_ms=round(amo_window * 1000), max_poll_interval_ms=max_poll_ms)
@@ -416,11 +410,7 @@ class Marshaler:
         slots and plans whole ranges whose workers keep the records of its slots
         (:class:`KeySharedBatchMember`).
         """
-        if self._closed:
-            raise ConfigurationError("this Marshaler is closed")
-        if self._consumer is not None:
-            raise ConfigurationError("this Marshaler already has an open consumer; close it "
-                                     "first or use another Marshaler")
+        self._check_no_consumer()
         if mode not in ("alo", "amo", "share", "key-shared"):
             raise ConfigurationError(
                 "mode must be one of 'alo', 'amo', 'share', 'key-shared' for a batch member, "
@@ -429,7 +419,7 @@ class Marshaler:
             raise ConfigurationError(f"compat={self.config.compat!r} has no batch members "
                                      "(use a consumer)")
         wanted = tuple(dict.fromkeys(topics))
-        data = self._data_config(isolation_level)
+        data = self._engines.data_config(isolation_level)
         max_batch_ms = (None if max_poll_interval is None
                         else seconds_to_ms(max_poll_interval, "max_poll_interval"))
         if max_batch_ms is not None and max_batch_ms < 1:
@@ -439,115 +429,29 @@ class Marshaler:
                                      "only (docs/spark.md)")
         member: BatchMember
         if mode == "key-shared":
-            keyed, source = self._key_shared_engine(wanted, offset_reset, data,
+            keyed, source = self._engines.key_shared(wanted, offset_reset, data,
                                                     DEFAULT_MAX_POLL_INTERVAL_MS)
-            member = KeySharedBatchMember(self._host, keyed, source, self._tick_s)
+            member = KeySharedBatchMember(self._host, keyed, source, self._engines.tick_s)
         elif mode == "share":
-            share, source = self._share_engine(wanted, offset_reset, lock_duration,
+            share, source = self._engines.share(wanted, offset_reset, lock_duration,
                                                delivery_limit, inflight_limit, 500,
                                                start_time, None, data)
             member = ShareBatchMember(self._host, share, source,
-                                      self._share_tick_s(lock_duration), max_batch_ms)
+                                      self._engines.share_tick_s(lock_duration), max_batch_ms)
         else:
-            engine, source = self._exclusive_engine(wanted, mode, offset_reset, balance,
+            engine, source = self._engines.exclusive(wanted, mode, offset_reset, balance,
                                                     max_claims, None, data)
-            member = ExclusiveBatchMember(self._host, engine, source, self._tick_s)
+            member = ExclusiveBatchMember(self._host, engine, source, self._engines.tick_s)
         self._consumer = member
         self._source = source
         return member
 
-    @property
-    def _tick_s(self) -> float:
-        return max(0.05, min(1.0, self.heartbeat_interval / 5))
-
-    def _share_tick_s(self, lock_duration: float) -> float:
-        return max(0.05, min(1.0, self.heartbeat_interval / 5, lock_duration / 10))
-
-    def _data_config(self, isolation_level: IsolationLevel | None) -> KafkaLogConfig:
-        """The cluster settings of the clients that read data topics."""
-        return data_config(self._log_config, isolation_level_of(
-            isolation_level, self._log_config.kafka_config))
-
-    def _exclusive_engine(self, topics: tuple[str, ...], mode: EngineMode,
-                          offset_reset: OffsetReset,
-                          balance: Balance, max_claims: int | None, release_lag: int | None,
-                          data: KafkaLogConfig, fencing: KafkaFencing | None = None,
-                          **extra: int) -> tuple[MemberEngine, KafkaPartitionSource]:
-        config = EngineConfig(
-            group_id=self.group_id,
-            client_id=self.client_id,
-            instance_id=self.instance_id,
-            topics=topics,
-            mode=mode,
-            heartbeat_interval_ms=self._hi_ms,
-            offset_reset=offset_reset,
-            balance=balance,
-            max_claims=max_claims,
-            release_lag=release_lag,
-            replay_window_ms=self.config.replay_window_ms,
-            **extra,
-            checkpoint_interval_ms=self._checkpoint_ms,
-            compat=self.config.compat,
-        )
-        source = self._open_source(topics, data)
-        engine = MemberEngine(config, self._log, self.rationalizer, source, self.clock,
-                              random.Random(), fencing)
-        self._start(engine, source)
-        return engine, source
-
-    def _share_engine(self, topics: tuple[str, ...], offset_reset: OffsetReset,
-                      lock_duration: float, delivery_limit: int, inflight_limit: int,
-                      batch_size: int, start_time: datetime | None,
-                      dead_letter_topic: str | None, data: KafkaLogConfig,
-                      max_poll_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS,
-                      ) -> tuple[ShareEngine, KafkaPartitionSource]:
-        config = ShareConfig(
-            group_id=self.group_id, client_id=self.client_id, instance_id=self.instance_id,
-            topics=topics, heartbeat_interval_ms=self._hi_ms,
-            lock_ms=int(lock_duration * 1000), delivery_limit=delivery_limit,
-            inflight_limit=inflight_limit, offset_reset=offset_reset, batch_size=batch_size,
-            start_time_ms=None if start_time is None else int(start_time.timestamp() * 1000),
-            replay_window_ms=self.config.replay_window_ms,
-            checkpoint_interval_ms=self._checkpoint_ms, max_poll_interval_ms=max_poll_ms,
-            dead_letter_topic=dead_letter_topic or "",
-        )
-        source = self._open_source(
-            topics + ((dead_letter_topic,) if dead_letter_topic else ()), data)
-        engine = ShareEngine(config, self._log, self.rationalizer, source, self.clock,
-                             random.Random())
-        self._start(engine, source)
-        return engine, source
-
-    def _key_shared_engine(self, topics: tuple[str, ...], offset_reset: OffsetReset,
-                           data: KafkaLogConfig, max_poll_ms: int,
-                           ) -> tuple[KeySharedEngine, KafkaPartitionSource]:
-        config = KeySharedConfig(
-            group_id=self.group_id, client_id=self.client_id, instance_id=self.instance_id,
-            topics=topics, heartbeat_interval_ms=self._hi_ms, offset_reset=offset_reset,
-            replay_window_ms=self.config.replay_window_ms,
-            checkpoint_interval_ms=self._checkpoint_ms, max_poll_interval_ms=max_poll_ms,
-        )
-        source = self._open_source(topics, data)
-        engine = KeySharedEngine(config, self._log, self.rationalizer, source, self.clock,
-                                 random.Random())
-        self._start(engine, source)
-        return engine, source
-
-    def _start(self, engine: MemberEngine | ShareEngine | KeySharedEngine,
-               source: KafkaPartitionSource) -> None:
-        try:
-            with self._lock:
-                engine.start()
-        except BaseException:
-            source.close()
-            raise
-
-    def _open_source(self, topics: tuple[str, ...], data: KafkaLogConfig
-                     ) -> KafkaPartitionSource:
-        """The data topics' source, connecting (and checking that ``topics`` exist) in the
-        background while the member replays the coordination log."""
-        return KafkaPartitionSource(data, refresh_s=min(5.0, self.heartbeat_interval),
-                                    expect_topics=topics, background=True)
+    def _check_no_consumer(self) -> None:
+        if self._closed:
+            raise ConfigurationError("this Marshaler is closed")
+        if self._consumer is not None:
+            raise ConfigurationError("this Marshaler already has an open consumer; close it "
+                                     "first or use another Marshaler")
 
     def _member_closed(self, member: object) -> None:
         if self._consumer is member:

@@ -26,10 +26,10 @@ from marshal_py.errors import (
     MarshalError,
 )
 from marshal_py.log.base import CoordinationLog
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.protocol import MemberHeartbeat, Message
 from marshal_py.protocol.messages import id_problem
 from marshal_py.protocol.original import original_can_read
+from marshal_py.replay.reading import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.world import Outcome, Owner, Rationalizer
 
 log = logging.getLogger(__name__)

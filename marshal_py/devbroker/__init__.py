@@ -7,8 +7,8 @@ with Maven from the pom that pins the chosen release (Kafka 4.3.1 by default, or
 on 127.0.0.1 and waits until the broker answers; :class:`DevCluster` does the same for several
 nodes forming one cluster (for failure tests: kill a node, restart it, ask who leads).
 
-The click command lives in :mod:`marshal_py.devbroker.command` (not imported here, so that
-``python -m marshal_py.devbroker.command`` runs cleanly).
+The click command lives in :mod:`marshal_py.cli.dev_broker` (not imported here, so that
+``python -m marshal_py.cli.dev_broker`` runs cleanly).
 """
 
 from marshal_py.devbroker.broker import DevBroker

@@ -28,22 +28,23 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from marshal_py import jvm
+from marshal_py.devbroker import jvm
+from marshal_py.devbroker.broker_log import read_log_tail, startup_failure
 from marshal_py.devbroker.jars import KAFKA_VERSION, pinned_kafka_version, resolve_kafka_jars
+from marshal_py.devbroker.jvm import die_with_parent, free_port
+from marshal_py.devbroker.storage import (
+    check_formatted_by,
+    format_storage,
+    is_formatted,
+    series,
+)
 from marshal_py.errors import DevBrokerError
-from marshal_py.jvm import die_with_parent, free_port
 
 log = logging.getLogger(__name__)
 
 HOST = jvm.LOOPBACK
 """The only interface the development broker listens on."""
 
-FORMAT_TIMEOUT_S = 120.0
-"""Longest the storage format step may take."""
-
-_BIND_FAILURE_RE = re.compile(r"failed to bind to ([^\s:]+):(\d+): Address already in use")
-_LOG_LINE_RE = re.compile(r"^\[\d{4}-\d\d-\d\d [^\]]*\] (?P<level>[A-Z]+) (?P<message>.*)$")
-_MAX_QUOTE = 300
 
 _SERVER_PROPERTIES = """\
 # Written by marshal_py.devbroker on every start; edits are overwritten.
@@ -70,9 +71,6 @@ share.coordinator.state.topic.min.isr=1
 """
 """Kafka 4's share coordinator (KIP-932, native share groups); 3.x has none."""
 
-_VERSION_FILE = "kafka.version"
-"""The release that formatted a data directory (a broker cannot read a newer one's)."""
-
 _LOG4J2_PROPERTIES = """\
 # Written by marshal_py.devbroker: the broker logs INFO and above to stdout (broker.log).
 status = warn
@@ -89,13 +87,8 @@ logger.request.level = WARN
 
 def find_java(kafka_version: str = KAFKA_VERSION) -> tuple[str, int]:
     """The ``java`` to run the broker with and its major version (see
-    :func:`marshal_py.jvm.find_java`); raises :class:`DevBrokerError`."""
+    :func:`marshal_py.devbroker.jvm.find_java`); raises :class:`DevBrokerError`."""
     return jvm.find_java(f"the Kafka {kafka_version} broker", DevBrokerError)
-
-
-def _series(version: str) -> tuple[int, ...]:
-    """``"3.9.2"`` -> ``(3, 9)``; what a data directory's compatibility depends on."""
-    return tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
 
 
 def new_cluster_id() -> str:
@@ -404,7 +397,7 @@ class DevBroker:
             controller_port=self.controller_port,
             log_dirs=self._kafka_log_dir,
         )
-        if _series(self.kafka_version) >= (4,):
+        if series(self.kafka_version) >= (4,):
             text += _SHARE_COORDINATOR_PROPERTIES
         return text
 
@@ -420,75 +413,15 @@ class DevBroker:
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES, encoding="utf-8")
         return properties
 
-    def _check_formatted_by(self) -> None:
-        """Refuse a data directory a newer Kafka release formatted (its metadata version is
-        one this release cannot read: the broker would exit with a long stack trace)."""
-        try:
-            formatted_by = (self.data_dir / _VERSION_FILE).read_text(encoding="ascii").strip()
-        except OSError:
-            formatted_by = KAFKA_VERSION  # formatted before releases were noted: by a 4.x
-        if _series(formatted_by) > _series(self.kafka_version):
-            raise DevBrokerError(
-                f"{self.data_dir} holds the data of a Kafka {formatted_by} broker, which Kafka "
-                f"{self.kafka_version} cannot read; choose another data directory or run "
-                f"Kafka {formatted_by}"
-            )
-
     def _format_if_needed(self, java: str, lib: Path, properties: Path) -> None:
-        if (self._kafka_log_dir / "meta.properties").is_file():
+        if is_formatted(self._kafka_log_dir):
             log.debug("%s is already formatted", self._kafka_log_dir)
-            self._check_formatted_by()
+            check_formatted_by(self.data_dir, self.kafka_version)
             return
-        cluster_id = self.cluster_id or new_cluster_id()
-        log.info("formatting %s (cluster id %s)", self._kafka_log_dir, cluster_id)
-        command = [
-            java,
-            *self._jvm_options(),
-            "-cp",
-            f"{lib}/*",
-            "kafka.tools.StorageTool",
-            "format",
-            "-t",
-            cluster_id,
-            "-c",
-            str(properties),
-            *self._format_extra_args(),
-        ]
-        try:
-            result = subprocess.run(
-                command,
-                cwd=self.data_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                errors="replace",
-                timeout=FORMAT_TIMEOUT_S,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise DevBrokerError(
-                f"formatting the broker storage in {self._kafka_log_dir} failed ({exc}); "
-                "check the Java installation and retry"
-            ) from exc
-        if result.returncode != 0:
-            lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
-            reason = next(
-                (line for line in lines if "Exception" in line or "Error" in line),
-                lines[-1] if lines else f"exit status {result.returncode}",
-            )
-            raise DevBrokerError(
-                f"formatting the broker storage in {self._kafka_log_dir} failed: "
-                f"{reason[:_MAX_QUOTE]}; remove that directory (it may belong to another "
-                "cluster) or choose another data directory"
-            )
-        self._record_formatted_by()
-
-    def _record_formatted_by(self) -> None:
-        """Note which release formatted the data directory (see :meth:`_check_formatted_by`)."""
-        with contextlib.suppress(OSError):
-            (self.data_dir / _VERSION_FILE).write_text(self.kafka_version + "\n",
-                                                       encoding="ascii")
+        format_storage([java, *self._jvm_options(), "-cp", f"{lib}/*"],
+                       cluster_id=self.cluster_id or new_cluster_id(), properties=properties,
+                       data_dir=self.data_dir, kafka_log_dir=self._kafka_log_dir,
+                       kafka_version=self.kafka_version, extra_args=self._format_extra_args())
 
     def _format_extra_args(self) -> list[str]:
         """More arguments of ``kafka.tools.StorageTool format`` (subclasses: e.g. SCRAM users
@@ -607,36 +540,10 @@ class DevBroker:
         return cluster if isinstance(cluster, dict) else None
 
     def _startup_failure(self, returncode: int) -> DevBrokerError:
-        text = self._read_log_tail()
+        text = read_log_tail(self.log_path)
         self._reap()
-        bind = _BIND_FAILURE_RE.search(text)
-        if bind is not None or "Address already in use" in text:
-            port = int(bind.group(2)) if bind is not None else self.port
-            if port == self.controller_port:
-                return DevBrokerError(
-                    f"controller port {HOST}:{port} (picked automatically) was taken by another "
-                    f"process while {self.name} started; start it again; broker log: "
-                    f"{self.log_path}"
-                )
-            return DevBrokerError(
-                f"port {HOST}:{port} is already in use ({self.name} exited at startup); stop "
-                f"whatever listens there (see `ss -ltnp 'sport = :{port}'`) or choose "
-                f"another port; broker log: {self.log_path}"
-            )
-        return DevBrokerError(
-            f"{self.name} exited during startup (status {returncode}): "
-            f"{_describe_last_error(text)}; see its log {self.log_path}"
-        )
-
-    def _read_log_tail(self, limit: int = 512 * 1024) -> str:
-        try:
-            with open(self.log_path, "rb") as handle:
-                handle.seek(0, os.SEEK_END)
-                size = handle.tell()
-                handle.seek(max(0, size - limit))
-                return handle.read().decode("utf-8", errors="replace")
-        except OSError:
-            return ""
+        return startup_failure(text, returncode, name=self.name, host=HOST, port=self.port,
+                               controller_port=self.controller_port, log_path=self.log_path)
 
     def _kill(self) -> None:
         proc = self._proc
@@ -661,30 +568,3 @@ class DevBroker:
             atexit.unregister(self.stop)
             self._atexit_registered = False
 
-
-def _describe_last_error(text: str) -> str:
-    """Quote the last ERROR line of a broker log, with the root cause that follows it."""
-    lines = text.splitlines()
-    last_error: int | None = None
-    for index, line in enumerate(lines):
-        match = _LOG_LINE_RE.match(line)
-        if match is not None and match.group("level") in ("ERROR", "FATAL"):
-            last_error = index
-    if last_error is None:
-        tail = [line.strip() for line in lines if line.strip()]
-        return f"last log line: {tail[-1][:_MAX_QUOTE]!r}" if tail else "the log is empty"
-    match = _LOG_LINE_RE.match(lines[last_error])
-    assert match is not None
-    quote = f"last ERROR: {match.group('message').strip()[:_MAX_QUOTE]!r}"
-    cause: str | None = None
-    for line in lines[last_error + 1 :]:
-        if _LOG_LINE_RE.match(line):
-            break
-        stripped = line.strip()
-        if stripped.startswith("Caused by: "):
-            cause = stripped[len("Caused by: ") :]
-        elif cause is None and stripped and not stripped.startswith("at "):
-            cause = stripped
-    if cause:
-        quote += f" (cause: {cause[:_MAX_QUOTE]!r})"
-    return quote

@@ -24,8 +24,8 @@ from types import TracebackType
 
 from marshal_py.devbroker.broker import HOST, DevBroker, await_ready, find_java, new_cluster_id
 from marshal_py.devbroker.jars import pinned_kafka_version, resolve_kafka_jars
+from marshal_py.devbroker.jvm import free_port
 from marshal_py.errors import DevBrokerError
-from marshal_py.jvm import free_port
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from marshal_py.devbroker.broker import FORMAT_TIMEOUT_S, HOST, DevBroker, find_java
+from marshal_py.devbroker.broker import HOST, DevBroker, find_java
 from marshal_py.errors import DevBrokerError
 from marshal_py.protocol.index import index_topic_for
 
@@ -429,38 +429,6 @@ class SecureDevBroker(DevBroker):
         """The SCRAM users, added to the cluster metadata when the storage is formatted."""
         return [arg for user in self.users for arg in (
             "--add-scram", f"{SCRAM_MECHANISM}=[name={user},password={self.password(user)}]")]
-
-    def _format_if_needed(self, java: str, lib: Path, properties: Path) -> None:
-        if "_format_extra_args" in DevBroker.__dict__:  # DevBroker runs the hook itself
-            super()._format_if_needed(java, lib, properties)
-            return
-        # Until DevBroker takes format arguments from that hook, run the format step here.
-        if (self._kafka_log_dir / "meta.properties").is_file():
-            return
-        from marshal_py.devbroker.broker import new_cluster_id
-
-        cluster_id = new_cluster_id()
-        log.info("formatting %s (cluster id %s) with SCRAM users %s", self._kafka_log_dir,
-                 cluster_id, ", ".join(self.users))
-        command = [java, *self._jvm_options(), "-cp", f"{lib}/*", "kafka.tools.StorageTool",
-                   "format", "-t", cluster_id, "-c", str(properties),
-                   *self._format_extra_args()]
-        try:
-            result = subprocess.run(command, cwd=self.data_dir, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, errors="replace", timeout=FORMAT_TIMEOUT_S,
-                                    check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise DevBrokerError(
-                f"formatting the broker storage in {self._kafka_log_dir} failed ({exc}); "
-                "check the Java installation and retry") from exc
-        if result.returncode != 0:
-            lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
-            reason = next((line for line in lines if "Exception" in line or "Error" in line),
-                          lines[-1] if lines else f"exit status {result.returncode}")
-            raise DevBrokerError(
-                f"formatting the broker storage in {self._kafka_log_dir} failed: "
-                f"{reason[:300]}; remove that directory or choose another data directory")
 
     def __repr__(self) -> str:
         return f"SecureDevBroker(bootstrap_servers={self.bootstrap_servers!r}, pid={self.pid})"

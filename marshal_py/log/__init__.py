@@ -1,4 +1,8 @@
-"""Coordination logs: the contract, Kafka and in-memory implementations, and replay."""
+"""Coordination logs: the contract, and its Kafka and in-memory implementations.
+
+A log knows records as bytes with positions and broker stamps, not what they mean; reading
+one into a rationalizer is :mod:`marshal_py.replay`.
+"""
 
 from marshal_py.log.base import CoordinationLog
 from marshal_py.log.kafka import (
@@ -8,25 +12,13 @@ from marshal_py.log.kafka import (
     KafkaLogConfig,
 )
 from marshal_py.log.memory import MemoryLog, VirtualClock
-from marshal_py.log.replay import (
-    DEFAULT_REPLAY_WINDOW_MS,
-    catch_up,
-    follow,
-    replay_start,
-    seek_to_window,
-)
 
 __all__ = [
     "DEFAULT_COORDINATION_PARTITIONS",
     "DEFAULT_COORDINATION_TOPIC",
-    "DEFAULT_REPLAY_WINDOW_MS",
     "CoordinationLog",
     "KafkaLog",
     "KafkaLogConfig",
     "MemoryLog",
     "VirtualClock",
-    "catch_up",
-    "follow",
-    "replay_start",
-    "seek_to_window",
 ]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from marshal_py.protocol.index import IndexRecord
-from marshal_py.world.records import CoordinationRecord
+from marshal_py.protocol.records import CoordinationRecord
 
 #: Which records a filtered read returns: ``keep(value)`` is True for those it wants
 #: (:class:`~marshal_py.log.record_filter.RecordFilter`); None keeps every record.

@@ -62,7 +62,7 @@ from marshal_py.log.kafka_index import (
     read_index,
 )
 from marshal_py.protocol.index import Declared, IndexRecord, declared_key, encode_entry
-from marshal_py.world.records import CoordinationRecord
+from marshal_py.protocol.records import CoordinationRecord
 
 __all__ = [  # the client settings live in kafka_config; imported from here as before
     "DEFAULT_COORDINATION_PARTITIONS",

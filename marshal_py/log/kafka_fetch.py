@@ -25,7 +25,7 @@ from kafka import KafkaConsumer
 
 from marshal_py.log.base import Fetched, Keep
 from marshal_py.log.record_batches import AbortedTransactions, decode_records
-from marshal_py.world.records import CoordinationRecord
+from marshal_py.protocol.records import CoordinationRecord
 
 log = logging.getLogger(__name__)
 

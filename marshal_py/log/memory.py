@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from marshal_py.errors import RecordTooLargeError
 from marshal_py.log.base import Fetched, Keep
 from marshal_py.protocol.index import Declared, IndexRecord, declared_key, encode_entry
-from marshal_py.world.records import CoordinationRecord
+from marshal_py.protocol.records import CoordinationRecord
 
 #: Kafka's default ``max.message.bytes`` (1 MiB and the batch overhead), less that overhead.
 DEFAULT_MAX_VALUE_BYTES = 1_048_576 - 512

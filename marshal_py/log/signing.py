@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from marshal_py.log.base import CoordinationLog
 from marshal_py.protocol import GroupKey, Message, encode, sign
-from marshal_py.world.records import CoordinationRecord
+from marshal_py.protocol.records import CoordinationRecord
 
 _sequence = itertools.count(1)
 _sequence_lock = threading.Lock()

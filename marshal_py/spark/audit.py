@@ -52,9 +52,9 @@ from marshal_py.admin.audit_local import AuditResult, Progress, prepare_output
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.messages import ResettingOffsets, ResettingSharePartition
 from marshal_py.protocol.placement import coordination_partition
+from marshal_py.protocol.records import CoordinationRecord
 from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS
 from marshal_py.world.rationalizer import Rationalizer, RationalizerConfig
-from marshal_py.world.records import CoordinationRecord
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

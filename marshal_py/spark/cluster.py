@@ -40,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from marshal_py.jvm import die_with_parent, free_port
+from marshal_py.devbroker.jvm import die_with_parent, free_port
 from marshal_py.spark.session import LOOPBACK, SparkError, find_java, spark_home
 
 log = logging.getLogger(__name__)

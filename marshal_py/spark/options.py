@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from marshal_py.auth_keys import load_group_keys
 from marshal_py.client.settings import (
     DEFAULT_ISOLATION_LEVEL,
     ISOLATION_LEVELS,
@@ -23,15 +22,16 @@ from marshal_py.client.settings import (
     data_config,
     isolation_level_of,
 )
+from marshal_py.config.group_keys import load_group_keys
 from marshal_py.errors import ConfigurationError
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLogConfig
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.messages import (
     DEFAULT_DELIVERY_LIMIT,
     DEFAULT_INFLIGHT_LIMIT,
     DEFAULT_LOCK_MS,
 )
+from marshal_py.replay.reading import DEFAULT_REPLAY_WINDOW_MS
 
 if TYPE_CHECKING:
     from marshal_py.client.marshaler import Marshaler

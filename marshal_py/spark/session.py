@@ -27,10 +27,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from marshal_py import jvm
+from marshal_py.devbroker import jvm
 from marshal_py.devbroker.jars import default_cache_dir
+from marshal_py.devbroker.jvm import LOOPBACK, MIN_JAVA_VERSION
 from marshal_py.errors import MarshalError
-from marshal_py.jvm import LOOPBACK, MIN_JAVA_VERSION
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -123,8 +123,8 @@ def spark_home() -> Path:
 
 
 def find_java() -> tuple[str, int]:
-    """The ``java`` Spark will run and its major version (see :func:`marshal_py.jvm.find_java`);
-    raises :class:`SparkUnavailableError`."""
+    """The ``java`` Spark will run and its major version (see
+    :func:`marshal_py.devbroker.jvm.find_java`); raises :class:`SparkUnavailableError`."""
     return jvm.find_java("Spark", SparkUnavailableError)
 
 

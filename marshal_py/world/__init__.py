@@ -1,5 +1,6 @@
 """World state: the deterministic rationalizer and what it derives (pure: no I/O, no clocks)."""
 
+from marshal_py.protocol.records import CoordinationRecord
 from marshal_py.world.key_shared import KeySharedPartition, SlotRun, sticky_assignment
 from marshal_py.world.lifecycle import (
     DEFAULT_OFFSETS_RETENTION_MS,
@@ -13,7 +14,6 @@ from marshal_py.world.rationalizer import (
     RationalizerConfig,
     Verdict,
 )
-from marshal_py.world.records import CoordinationRecord
 from marshal_py.world.state import ClaimStatus, Owner, PartitionClaim, PartitionKey, status_for_age
 
 __all__ = [

@@ -76,8 +76,8 @@ from marshal_py.world.verdicts import (
 )
 
 if TYPE_CHECKING:
+    from marshal_py.protocol.records import CoordinationRecord
     from marshal_py.world.rationalizer import RationalizerConfig
-    from marshal_py.world.records import CoordinationRecord
 
 _DECODE_CODES = {
     DecodeErrorKind.MALFORMED: MALFORMED,

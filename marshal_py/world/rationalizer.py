@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.messages import Checkpoint
+from marshal_py.protocol.records import CoordinationRecord
 from marshal_py.world.checkpoint import ClaimState, PairState, decode_state, encode_state
 from marshal_py.world.engine import Core
 from marshal_py.world.key_shared import KeySharedPartition
 from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS, GroupLife, GroupLifecycle
 from marshal_py.world.pairs import Pair
-from marshal_py.world.records import CoordinationRecord
 from marshal_py.world.sequences import PairSequences
 from marshal_py.world.share import InFlightRecord, RecordState, SharePartition
 from marshal_py.world.state import Owner, PartitionClaim, PartitionKey

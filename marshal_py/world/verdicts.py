@@ -13,7 +13,7 @@ from marshal_py.protocol.codec import decode_signed
 
 if TYPE_CHECKING:
     from marshal_py.protocol.messages import Message
-    from marshal_py.world.records import CoordinationRecord
+    from marshal_py.protocol.records import CoordinationRecord
 
 
 class Verdict(enum.Enum):

@@ -11,18 +11,11 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewPartitions
 
 from marshal_py.errors import RecordTooLargeError
-from marshal_py.log import (
-    CoordinationLog,
-    KafkaLog,
-    KafkaLogConfig,
-    MemoryLog,
-    catch_up,
-    follow,
-    replay_start,
-)
+from marshal_py.log import CoordinationLog, KafkaLog, KafkaLogConfig, MemoryLog
 from marshal_py.log.record_filter import RecordFilter
 from marshal_py.protocol import ClaimingPartition, Heartbeat, coordination_partition, encode
 from marshal_py.protocol.index import index_view
+from marshal_py.replay import catch_up, follow, replay_start
 from marshal_py.world import Owner, Rationalizer, RationalizerConfig
 
 PARTITIONS = 2

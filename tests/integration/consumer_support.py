@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 
-from marshal_py.log import KafkaLog, KafkaLogConfig, catch_up
+from marshal_py.log import KafkaLog, KafkaLogConfig
 from marshal_py.protocol import (
     ClaimingMessages,
     Heartbeat,
@@ -32,6 +32,7 @@ from marshal_py.protocol import (
     ReleasingPartition,
     coordination_partition,
 )
+from marshal_py.replay import catch_up
 from marshal_py.world import Outcome, Owner, Rationalizer, RationalizerConfig
 
 HI = 1.0  # heartbeat interval of every group in these tests, seconds

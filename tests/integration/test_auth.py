@@ -17,7 +17,6 @@ import pytest
 from marshal_py import ConfigurationError, GroupKey, Marshaler
 from marshal_py.client.consumer import Consumer
 from marshal_py.log import KafkaLog, KafkaLogConfig
-from marshal_py.log.checkpoints import read_range
 from marshal_py.protocol import (
     ClaimingPartition,
     DecodeError,
@@ -28,6 +27,7 @@ from marshal_py.protocol import (
     encode,
     sign,
 )
+from marshal_py.replay.checkpoints import read_range
 from tests.integration.test_cli_admin import make_topic, wait_for
 
 pytestmark = pytest.mark.integration

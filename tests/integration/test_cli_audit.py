@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The command as it is registered in marshal_py.cli (main.add_command(audit)).
 RUN = ("import sys\n"
        "from marshal_py.cli import main\n"
-       "from marshal_py.admin.audit_command import audit\n"
+       "from marshal_py.cli.audit import audit\n"
        "if 'audit' not in main.commands:\n"
        "    main.add_command(audit)\n"
        "BLOCK = sys.argv.pop(1)\n"

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_demo_runs_three_consumers_kills_one_and_loses_nothing() -> None:
-    result = subprocess.run([sys.executable, "-m", "marshal_py.demo"], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "marshal_py.cli.demo"], capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout

@@ -26,19 +26,20 @@ from click.testing import CliRunner
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from marshal_py import jvm
+from marshal_py.cli.dev_broker import dev_broker
 from marshal_py.devbroker import (
     KAFKA_VERSION,
     KAFKA_VERSIONS,
     DevBroker,
     DevCluster,
     default_cache_dir,
+    jvm,
     pinned_kafka_version,
     resolve_kafka_jars,
 )
 from marshal_py.devbroker import broker as broker_module
 from marshal_py.devbroker import jars as jars_module
-from marshal_py.devbroker.command import dev_broker
+from marshal_py.devbroker.broker_log import describe_last_error
 from marshal_py.devbroker.security import SecureDevBroker
 from marshal_py.errors import DevBrokerError
 
@@ -115,7 +116,7 @@ def _cli_env() -> dict[str, str]:
 def _start_cli(*args: str, stderr_path: Path) -> tuple[subprocess.Popen[str], IO[str]]:
     stderr_file = open(stderr_path, "w")  # noqa: SIM115 (closed by the caller)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "marshal_py.devbroker.command", *args],
+        [sys.executable, "-m", "marshal_py.cli.dev_broker", *args],
         stdout=subprocess.PIPE,
         stderr=stderr_file,
         stdin=subprocess.DEVNULL,
@@ -304,7 +305,7 @@ def test_last_error_line_is_quoted() -> None:
             "[2026-01-01 00:00:02,000] INFO shutting down (kafka.Kafka$)",
         ]
     )
-    quote = broker_module._describe_last_error(log_text)
+    quote = describe_last_error(log_text)
     assert "Exiting Kafka due to fatal exception" in quote
     assert "java.io.IOException: disk on fire" in quote
 
@@ -674,7 +675,7 @@ def test_cli_busy_port_exits_2_with_one_line(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "marshal_py.devbroker.command",
+                "marshal_py.cli.dev_broker",
                 "--port",
                 str(port),
                 "--data-dir",

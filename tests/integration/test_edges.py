@@ -14,8 +14,9 @@ from kafka.admin import NewPartitions
 from marshal_py import CoordinationLogLostError, Marshaler
 from marshal_py.admin.world_view import load_world
 from marshal_py.client.consumer import Consumer
-from marshal_py.log import KafkaLog, KafkaLogConfig, catch_up
+from marshal_py.log import KafkaLog, KafkaLogConfig
 from marshal_py.protocol import ClaimingPartition, Message, ReleasingPartition, encode
+from marshal_py.replay import catch_up
 from marshal_py.world import Outcome, Rationalizer, RationalizerConfig
 from tests.integration.test_cli_admin import make_topic, wait_for
 

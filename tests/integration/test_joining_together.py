@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from marshal_py import Marshaler
-from marshal_py.log import KafkaLog, KafkaLogConfig, catch_up
+from marshal_py.log import KafkaLog, KafkaLogConfig
+from marshal_py.replay import catch_up
 from marshal_py.world import Outcome, Rationalizer, RationalizerConfig
 from tests.integration.consumer_support import Producer, create_topic
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from marshal_py.log import KafkaLog, KafkaLogConfig, catch_up
+from marshal_py.log import KafkaLog, KafkaLogConfig
 from marshal_py.protocol import (
     KEY_SLOTS,
     ClaimingKeyRanges,
@@ -31,6 +31,7 @@ from marshal_py.protocol import (
     parse_ranges,
 )
 from marshal_py.protocol.ranges import offsets_in
+from marshal_py.replay import catch_up
 from marshal_py.world import Outcome, Owner, Rationalizer, RationalizerConfig, Verdict
 from tests.integration.consumer_support import (
     HI,

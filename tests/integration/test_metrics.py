@@ -10,7 +10,7 @@ from kafka import KafkaAdminClient, KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
 from marshal_py import Marshaler
-from marshal_py.metrics import serve
+from marshal_py.client.metrics import serve
 
 pytestmark = pytest.mark.integration
 

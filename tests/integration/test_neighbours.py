@@ -19,7 +19,7 @@ from kafka import KafkaAdminClient, KafkaProducer
 from bench.replay import traffic
 from marshal_py import Marshaler
 from marshal_py.client.channel import CoordinationChannel
-from marshal_py.log import KafkaLog, KafkaLogConfig, catch_up
+from marshal_py.log import KafkaLog, KafkaLogConfig
 from marshal_py.log.checkpoint_chunks import split_checkpoint
 from marshal_py.log.history import read_index_view, record_history
 from marshal_py.log.signing import MessageWriter
@@ -32,6 +32,7 @@ from marshal_py.protocol import (
     encode,
 )
 from marshal_py.protocol.index import CheckpointAt, checkpoint_key, encode_entry
+from marshal_py.replay import catch_up
 from marshal_py.world import Owner, Rationalizer, RationalizerConfig
 
 NEIGHBOURS = tuple(f"neighbour.g{i}" for i in range(5))

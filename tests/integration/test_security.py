@@ -17,9 +17,9 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 
 from marshal_py import Marshaler
+from marshal_py.config.kafka_properties import load_properties
 from marshal_py.devbroker.security import SecureDevBroker, make_test_ca
 from marshal_py.errors import KafkaAuthenticationError, KafkaAuthorizationError, MarshalError
-from marshal_py.kafka_properties import load_properties
 from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from marshal_py import ConfigurationError, Marshaler, MarshalError
 from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
-from marshal_py.log import KafkaLog, KafkaLogConfig, catch_up
+from marshal_py.log import KafkaLog, KafkaLogConfig
 from marshal_py.log.history import record_history
 from marshal_py.protocol import (
     AcknowledgingRecords,
@@ -35,6 +35,7 @@ from marshal_py.protocol import (
     parse_ranges,
 )
 from marshal_py.protocol.ranges import offsets_in
+from marshal_py.replay import catch_up
 from marshal_py.world import Outcome, Owner, Rationalizer, RationalizerConfig, Verdict
 from marshal_py.world.share import RecordState, SharePartition
 from tests.integration.consumer_support import (

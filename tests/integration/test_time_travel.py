@@ -29,7 +29,7 @@ from marshal_py.admin.moments import iso
 from marshal_py.admin.world_view import WorldView, state_rows
 from marshal_py.client.consumer import Consumer
 from marshal_py.log import KafkaLog, KafkaLogConfig
-from marshal_py.log.checkpoints import read_range
+from marshal_py.replay.checkpoints import read_range
 from tests.integration.test_neighbours import make_topic, wait_for
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from typing import NamedTuple
 from marshal_py.client.engine import MemberEngine
 from marshal_py.client.handout import HandOut
 from marshal_py.client.lease import PartitionLease
-from marshal_py.log import catch_up
+from marshal_py.replay import catch_up
 from tests.simulation.harness import TP, Delivery, SimConsumer, Simulation
 
 

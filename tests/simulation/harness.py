@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from marshal_py.client.engine import EngineConfig, MemberEngine
 from marshal_py.client.engine_types import Mode
 from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
-from marshal_py.log import MemoryLog, VirtualClock, catch_up
+from marshal_py.log import MemoryLog, VirtualClock
+from marshal_py.replay import catch_up
 from marshal_py.world import Owner, Rationalizer, RationalizerConfig
 
 TP = tuple[str, int]

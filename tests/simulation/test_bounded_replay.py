@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from marshal_py.log import MemoryLog, VirtualClock, catch_up, seek_to_window
+from marshal_py.log import MemoryLog, VirtualClock
 from marshal_py.protocol import ClaimingPartition, Heartbeat, coordination_partition, encode
+from marshal_py.replay import catch_up, seek_to_window
 from marshal_py.world import Owner, Rationalizer, RationalizerConfig, Verdict
 
 HI = 1_000

@@ -16,9 +16,10 @@ import random
 import pytest
 
 from marshal_py.client.engine import EngineConfig, MemberEngine
-from marshal_py.log import MemoryLog, VirtualClock, catch_up
-from marshal_py.log.checkpoints import start_from_checkpoints
+from marshal_py.log import MemoryLog, VirtualClock
 from marshal_py.protocol import coordination_partition
+from marshal_py.replay import catch_up
+from marshal_py.replay.checkpoints import start_from_checkpoints
 from marshal_py.world import GroupState, Rationalizer, RationalizerConfig
 from tests.simulation.harness import MemoryTopic, SimClock, SimConsumer, Simulation
 

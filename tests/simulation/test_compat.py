@@ -19,9 +19,10 @@ import pytest
 
 from marshal_py.client.engine import EngineConfig, MemberEngine
 from marshal_py.errors import ConfigurationError
-from marshal_py.log import MemoryLog, VirtualClock, catch_up
+from marshal_py.log import MemoryLog, VirtualClock
 from marshal_py.protocol import coordination_partition
 from marshal_py.protocol.original import original_can_read
+from marshal_py.replay import catch_up
 from marshal_py.world import Rationalizer, RationalizerConfig
 from tests.simulation.harness import MemoryTopic, SimClock
 

@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from marshal_py.log import catch_up
+from marshal_py.replay import catch_up
 from tests.simulation.harness import Delivery, Simulation
 
 STEPS = 1500

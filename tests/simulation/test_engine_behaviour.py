@@ -8,7 +8,7 @@ import pytest
 
 from marshal_py.client.engine import EngineConfig, MemberEngine
 from marshal_py.errors import BrokerUnavailableError, ClientIdInUseError, ConfigurationError
-from marshal_py.log import MemoryLog, VirtualClock, catch_up
+from marshal_py.log import MemoryLog, VirtualClock
 from marshal_py.protocol import (
     ClaimingPartition,
     GroupKey,
@@ -17,6 +17,7 @@ from marshal_py.protocol import (
     encode,
     sign_v2,
 )
+from marshal_py.replay import catch_up
 from marshal_py.world import Rationalizer, RationalizerConfig, Verdict
 from tests.simulation.harness import MemoryTopic, SimClock
 

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from marshal_py.client.key_shared_engine import KeySharedConfig, KeySharedEngine
-from marshal_py.log import MemoryLog, VirtualClock, catch_up
+from marshal_py.log import MemoryLog, VirtualClock
 from marshal_py.protocol import KEY_SLOTS, key_slot
+from marshal_py.replay import catch_up
 from marshal_py.world import Owner, Rationalizer, RationalizerConfig
 from tests.simulation.harness import MemoryTopic, SimClock
 

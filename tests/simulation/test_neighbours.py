@@ -21,7 +21,7 @@ from marshal_py.client.channel import CoordinationChannel
 from marshal_py.client.engine import EngineConfig, MemberEngine
 from marshal_py.errors import BrokerUnavailableError
 from marshal_py.identity import new_instance_id
-from marshal_py.log import MemoryLog, VirtualClock, catch_up
+from marshal_py.log import MemoryLog, VirtualClock
 from marshal_py.protocol import (
     ClaimingPartition,
     Heartbeat,
@@ -38,6 +38,7 @@ from marshal_py.protocol.index import (
     history_key,
 )
 from marshal_py.protocol.messages import CheckpointChunk
+from marshal_py.replay import catch_up
 from marshal_py.world import CoordinationRecord, Rationalizer, RationalizerConfig
 from tests.simulation.harness import MemoryTopic, SimClock
 

@@ -16,9 +16,10 @@ from collections import Counter
 import pytest
 
 from marshal_py.client.share_engine import ShareConfig, ShareEngine
-from marshal_py.log import MemoryLog, VirtualClock, catch_up
+from marshal_py.log import MemoryLog, VirtualClock
 from marshal_py.protocol import AcknowledgingRecords, parse_ranges
 from marshal_py.protocol.ranges import offsets_in
+from marshal_py.replay import catch_up
 from marshal_py.world import Outcome, Rationalizer, RationalizerConfig, Verdict
 from tests.simulation.harness import MemoryTopic, SimClock
 

@@ -14,9 +14,9 @@ import pytest
 
 from marshal_py.admin.moments import moment_at_position, moment_at_time
 from marshal_py.admin.world_view import WorldView, load_world, share_rows, state_rows
-from marshal_py.log import catch_up
-from marshal_py.log.checkpoints import start_from_checkpoints
 from marshal_py.protocol import coordination_partition
+from marshal_py.replay import catch_up
+from marshal_py.replay.checkpoints import start_from_checkpoints
 from marshal_py.world import Rationalizer
 from tests.simulation.test_checkpoints import (
     HI,

@@ -213,7 +213,7 @@ def test_the_spark_engine_from_the_command_line(kafka_bootstrap: str, handmade_t
     """In this process, so the command uses the test session (as it would a notebook's)."""
     from click.testing import CliRunner
 
-    from marshal_py.admin.audit_command import audit
+    from marshal_py.cli.audit import audit
 
     result = CliRunner().invoke(audit, [
         "--engine", "spark", "--bootstrap-servers", kafka_bootstrap,

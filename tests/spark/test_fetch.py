@@ -15,7 +15,7 @@ from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from marshal_py.client.batch_member import PlannedRange, ShareHolder
-from marshal_py.jvm import free_port
+from marshal_py.devbroker.jvm import free_port
 from marshal_py.log.kafka import KafkaLogConfig
 from marshal_py.spark.fetch import DataLossError, read_task
 from marshal_py.spark.gaps import write_gaps

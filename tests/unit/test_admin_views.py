@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from marshal_py.admin.cli_common import table_lines
 from marshal_py.admin.groups import ago, duration, group_rows, groups_json, overall_state
 from marshal_py.admin.lag import exclusive_committed, lag_report, report_lines, require_group
 from marshal_py.admin.watch import build_frame, frame_topics, render_frame
+from marshal_py.cli.common import table_lines
 from marshal_py.errors import MarshalError
 from marshal_py.protocol import ClaimingKeyRanges, KeyRangesHeartbeat
 from marshal_py.world import GroupState, Owner, Rationalizer, RationalizerConfig
@@ -192,7 +192,7 @@ def test_table_lines_align_and_show_missing_values() -> None:
 
 
 def test_metrics_collector_reads_a_consumer_defensively_and_stays_monotonic() -> None:
-    from marshal_py.metrics import MarshalCollector
+    from marshal_py.client.metrics import MarshalCollector
 
     r = replay(lag_scenario())
     holding = SimpleNamespace(cursor=SimpleNamespace(committed=120))

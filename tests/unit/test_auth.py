@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from marshal_py.auth_keys import load_group_keys
+from marshal_py.config.group_keys import load_group_keys
 from marshal_py.errors import ConfigurationError
 from marshal_py.log import MemoryLog, VirtualClock
-from marshal_py.log.checkpoints import start_from_checkpoints
 from marshal_py.log.signing import MessageWriter
 from marshal_py.protocol import (
     AcknowledgingRecords,
@@ -35,6 +34,7 @@ from marshal_py.protocol import (
     verify,
 )
 from marshal_py.protocol.auth import split_signed
+from marshal_py.replay.checkpoints import start_from_checkpoints
 from marshal_py.world import Owner, Rationalizer, RationalizerConfig, Verdict
 from marshal_py.world.checkpoint import decode_state
 

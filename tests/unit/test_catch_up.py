@@ -8,8 +8,9 @@ from collections.abc import Mapping
 import pytest
 
 from marshal_py.errors import BrokerUnavailableError
-from marshal_py.log import MemoryLog, catch_up
+from marshal_py.log import MemoryLog
 from marshal_py.protocol import ClaimingPartition, encode
+from marshal_py.replay import catch_up
 from marshal_py.world import CoordinationRecord, Rationalizer, RationalizerConfig
 
 

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from marshal_py.errors import ConfigurationError
-from marshal_py.kafka_properties import (
+from marshal_py.config.kafka_properties import (
     SUPPORTED_KEYS,
     KafkaProperties,
     load_properties,
     parse_jaas,
     parse_properties,
 )
+from marshal_py.errors import ConfigurationError
 from marshal_py.log.kafka import KafkaLogConfig
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"

@@ -18,8 +18,8 @@ from marshal_py.admin.moments import (
     state_moment,
 )
 from marshal_py.log import MemoryLog, VirtualClock
-from marshal_py.log.checkpoints import newest_checkpoints
 from marshal_py.protocol import Checkpoint, Heartbeat, coordination_partition, encode
+from marshal_py.replay.checkpoints import newest_checkpoints
 from marshal_py.world import Rationalizer, RationalizerConfig
 
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z

@@ -1,32 +1,31 @@
-"""What the admin commands share: Kafka and replay options, opening the log, progress, tables.
-
-Kept apart from :mod:`marshal_py.cli` (which imports the admin commands when it registers
-them), so that importing a command never imports the CLI module a second time.
-"""
+"""What the commands share: Kafka and replay options, opening the log, progress, tables,
+one-line failures."""
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import click
 
-from marshal_py.auth_keys import load_group_keys
+from marshal_py.admin.moments import MomentError
 from marshal_py.client.source import KafkaPartitionSource
+from marshal_py.config.group_keys import load_group_keys
+from marshal_py.config.kafka_properties import KafkaProperties, load_properties
 from marshal_py.errors import (
     BrokerUnavailableError,
     ConfigurationError,
     MarshalError,
     TopicNotFoundError,
 )
-from marshal_py.kafka_properties import KafkaProperties, load_properties
 from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
-from marshal_py.log.replay import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.protocol.auth import GroupKey
+from marshal_py.replay.reading import DEFAULT_REPLAY_WINDOW_MS
 from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -248,3 +247,60 @@ def parse_time(value: str, option: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
+
+
+T = TypeVar("T")
+
+
+def fail(command: str, message: str) -> NoReturn:
+    """Print ``marshal COMMAND: error: MESSAGE`` on stderr and exit 2."""
+    click.echo(f"marshal {command}: error: {message}", err=True)
+    sys.exit(2)
+
+
+def resolve_moment(resolve: Callable[[], T]) -> T:
+    """``resolve()``, its :class:`MomentError` as a usage error of the option (exit 2)."""
+    try:
+        return resolve()
+    except MomentError as exc:
+        raise click.BadParameter(str(exc), param_hint=exc.option) from exc
+
+
+def iso(ms: int | None) -> str:
+    """A time in milliseconds as ISO 8601 UTC (``-`` for None)."""
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+@contextmanager
+def serving(consumer: Any) -> Iterator[None]:
+    """Run a command's consume loop: SIGTERM and Ctrl-C stop ``consumer`` (it finishes the
+    record or batch in hand), and whatever ends the loop, the previous signal handlers come
+    back and the consumer is closed (committing and releasing what it holds)."""
+    previous = {sig: signal.signal(sig, lambda signum, frame: consumer.stop())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        consumer.close()
+
+
+class ProgressLine:
+    """``<verb> N records`` on stderr at most every ``every_s`` seconds (unless disabled:
+    records printed on stdout say enough)."""
+
+    def __init__(self, verb: str, enabled: bool, every_s: float = 5.0) -> None:
+        self.verb = verb
+        self.enabled = enabled
+        self.every_s = every_s
+        self._last = time.monotonic()
+
+    def update(self, count: int) -> None:
+        """Report ``count`` if the last report is old enough."""
+        now = time.monotonic()
+        if self.enabled and now - self._last >= self.every_s:
+            self._last = now
+            click.echo(f"{self.verb} {count:,} records", err=True)

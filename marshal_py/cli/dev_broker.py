@@ -38,7 +38,8 @@ from marshal_py.devbroker.jars import (
 from marshal_py.devbroker.security import ADMIN_USER, SecureDevBroker
 from marshal_py.errors import DevBrokerError
 
-log = logging.getLogger(__name__)
+# Under the devbroker package's logger, whose handler prints every line of the command.
+log = logging.getLogger("marshal_py.devbroker.command")
 
 PROG = "marshal dev-broker"
 
@@ -207,6 +208,6 @@ def _progress_to_stderr() -> Iterator[None]:
 
 if __name__ == "__main__":
     # Run the command from its importable module so that its logger is not named "__main__".
-    from marshal_py.devbroker.command import dev_broker as _dev_broker
+    from marshal_py.cli.dev_broker import dev_broker as _dev_broker
 
     _dev_broker(prog_name=PROG)

@@ -9,14 +9,11 @@ OUT see every input record once, whatever members crash or stall.
 from __future__ import annotations
 
 import json
-import signal
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
-import click
-
+from marshal_py.cli.common import ProgressLine, serving
 from marshal_py.client.eos_consumer import DEFAULT_MAX_BATCH_RECORDS, ExactlyOnceConsumer
 from marshal_py.client.source import KafkaPartitionSource
 from marshal_py.log.kafka_config import KafkaLogConfig
@@ -40,11 +37,9 @@ def mirror(consumer: ExactlyOnceConsumer, output_topic: str, print_records: bool
            max_records: int | None) -> int:
     """Copy batches to ``output_topic`` until SIGTERM / Ctrl-C (or ``max_records``
     committed); close the consumer; return how many records were committed."""
-    previous = {sig: signal.signal(sig, lambda signum, frame: consumer.stop())
-                for sig in (signal.SIGTERM, signal.SIGINT)}
     count = 0
-    last_report = time.monotonic()
-    try:
+    progress = ProgressLine("copied", enabled=not print_records)
+    with serving(consumer):
         for batch in consumer.batches(max_records=DEFAULT_MAX_BATCH_RECORDS
                                       if max_records is None
                                       else min(DEFAULT_MAX_BATCH_RECORDS, max_records)):
@@ -58,14 +53,7 @@ def mirror(consumer: ExactlyOnceConsumer, output_topic: str, print_records: bool
                 for record in batch:
                     sys.stdout.write(_record_line(record) + "\n")
                 sys.stdout.flush()
-            now = time.monotonic()
-            if not print_records and now - last_report >= 5:
-                last_report = now
-                click.echo(f"copied {count:,} records", err=True)
+            progress.update(count)
             if max_records is not None and count >= max_records:
                 break
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        consumer.close()
     return count

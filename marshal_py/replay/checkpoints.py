@@ -21,9 +21,9 @@ from marshal_py.protocol.auth import Signature, is_signed
 from marshal_py.protocol.codec import DecodeError, decode_signed
 from marshal_py.protocol.index import IndexView
 from marshal_py.protocol.messages import Checkpoint, CheckpointChunk, Message
+from marshal_py.protocol.records import CoordinationRecord
 from marshal_py.world.checkpoint import CheckpointError
 from marshal_py.world.rationalizer import Rationalizer
-from marshal_py.world.records import CoordinationRecord
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ def history_floor(index: IndexView | None, group: str, topic: str, window_start:
     ``window_start``.
 
     ``end`` must have been read *before* the index, and ``window_start`` must not lie past
-    it (:func:`~marshal_py.log.replay.replay_start` with ``end``): a peer whose History the
+    it (:func:`~marshal_py.replay.reading.replay_start` with ``end``): a peer whose History the
     index did not show yet appends its first records after the index was read, so at or
     after ``end``, never below it. Call only for a reader that trusts the index (not for
     authenticated groups nor in compatibility mode)."""

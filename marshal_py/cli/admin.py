@@ -20,9 +20,13 @@ from typing import Any
 
 import click
 
-from marshal_py.admin.cli_common import (
+from marshal_py.admin.groups import GROUP_COLUMNS, group_rows, groups_json
+from marshal_py.admin.lag import LAG_COLUMNS, lag_report, report_lines, require_group
+from marshal_py.admin.world_view import WorldView, load_world
+from marshal_py.cli.common import (
     Progress,
     current_group_keys,
+    kafka_log_config,
     kafka_options,
     open_log,
     open_topics,
@@ -31,9 +35,6 @@ from marshal_py.admin.cli_common import (
     replay_options,
     require_topic,
 )
-from marshal_py.admin.groups import GROUP_COLUMNS, group_rows, groups_json
-from marshal_py.admin.lag import LAG_COLUMNS, lag_report, report_lines, require_group
-from marshal_py.admin.world_view import WorldView, load_world
 from marshal_py.log.kafka import KafkaLog
 from marshal_py.world.lifecycle import GroupState
 
@@ -222,7 +223,7 @@ def watch(bootstrap_servers: str, coordination_topic: str, timeout: float,
     from rich.console import Console
 
     from marshal_py.admin.watch import run_watch
-    from marshal_py.log.replay import catch_up
+    from marshal_py.replay.reading import catch_up
 
     stop = threading.Event()
     with open_log(bootstrap_servers, coordination_topic, timeout) as log, \
@@ -257,6 +258,40 @@ def watch(bootstrap_servers: str, coordination_topic: str, timeout: float,
 
 
 # -- marshal consume --metrics-port ------------------------------------------------------------
+
+
+@click.command()
+@kafka_options
+@click.option("--partitions", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Partition count of the coordination topic (fixed for its lifetime).")
+@click.option("--replication-factor", type=click.IntRange(min=1),
+              help="Replication factor (default: min(3, brokers)).")
+def init(bootstrap_servers: str, coordination_topic: str, timeout: float, partitions: int,
+         replication_factor: int | None) -> None:
+    """Create the coordination topic and its index with the settings the protocol needs, and
+    record its layout (idempotent).
+
+    Records are placed by the partition count recorded when the topic was created (md5
+    placement, kept in the compacted index topic): partitions added later stay unused.
+    """
+    config = kafka_log_config(
+        bootstrap_servers,
+        coordination_topic,
+        timeout,
+        create_topic=True,
+        partitions=partitions,
+        replication_factor=replication_factor,
+    )
+    log = KafkaLog(config)
+    try:
+        extra = ""
+        if log.metadata_partition_count > log.partition_count():
+            extra = f" (and {log.metadata_partition_count - log.partition_count()} unused)"
+        click.echo(f"{coordination_topic}: {log.partition_count()} partitions{extra}, "
+                   "message.timestamp.type=LogAppendTime; layout kept in "
+                   f"{config.index_name} (never add partitions)")
+    finally:
+        log.close()
 
 
 def _metrics_port(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
@@ -296,11 +331,11 @@ def start_metrics(marshaler: Any) -> None:
     port = ctx.meta.get("marshal.metrics_port")
     if port is None:
         return
-    from marshal_py.metrics import serve
+    from marshal_py.client.metrics import serve
 
     server = serve(marshaler, port, ctx.meta.get("marshal.metrics_addr", "127.0.0.1"))
     ctx.call_on_close(server.close)
     click.echo(f"marshal consume: metrics on {server.url}", err=True)
 
 
-COMMANDS = (groups, lag, reset_offsets, watch)
+COMMANDS = (init, groups, lag, reset_offsets, watch)

@@ -1,5 +1,5 @@
 """``marshal audit``: audit the whole coordination log (register with
-``main.add_command(audit)`` from :mod:`marshal_py.admin.audit_command`)."""
+``main.add_command(audit)`` from :mod:`marshal_py.cli.audit`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import click
 
 from marshal_py.admin.audit import COORDINATION, SUMMARY, aligned
 from marshal_py.admin.audit_local import AuditResult, prepare_output, run_local_audit
-from marshal_py.admin.cli_common import (
+from marshal_py.cli.common import (
     auth_keys_option,
     current_group_keys,
     current_index_topic,

@@ -1,6 +1,6 @@
 """The newcomer's demo: three consumers share a topic through __marshal, one is killed.
 
-Run with ``bin/demo`` (which sets everything up first) or ``python -m marshal_py.demo``.
+Run with ``bin/demo`` (which sets everything up first) or ``python -m marshal_py.cli.demo``.
 It starts the development Kafka broker, creates a 12-partition topic, produces sample
 orders, runs three ``marshal consume`` processes, shows ownership settle in ``marshal
 state``, kills one with SIGKILL, shows its partitions taken over, and counts what was

@@ -3,7 +3,7 @@
 ::
 
     from marshal_py import Marshaler
-    from marshal_py.metrics import serve
+    from marshal_py.client.metrics import serve
 
     with Marshaler("127.0.0.1:9092", group_id="team.job", client_id="worker-1") as m:
         server = serve(m, port=9464)           # GET http://127.0.0.1:9464/metrics
