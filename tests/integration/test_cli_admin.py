@@ -231,10 +231,11 @@ def test_watch_renders_the_ownership_table(setup: Setup) -> None:
         assert result.returncode == 0, result.stderr
         assert result.stdout.count("marshal watch —") == 2
         assert "Partition ownership" in result.stdout and "Groups" in result.stdout
+        # Each partition's row names its owner (its freshness depends on how long ago the
+        # member's last heartbeat was: not what this test is about).
         rows = [line for line in result.stdout.splitlines()
-                if setup.topic in line and "fresh" in line]
+                if setup.topic in line and "w1" in line]
         assert len(rows) == 4  # 2 partitions x 2 frames
-        assert all("w1" in row for row in rows)
         frames = setup.run("watch", "--group", setup.group, "--topic", setup.topic,
                            "--iterations", "2", "--refresh", "0.1", "--json")
         assert frames.returncode == 0, frames.stderr

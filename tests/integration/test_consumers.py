@@ -245,11 +245,13 @@ def test_zombie_resumed_after_losing_its_partitions_delivers_nothing_of_them(
     assert_everything_committed(cluster)
 
 
+@pytest.mark.serial
 def test_restart_with_the_same_client_id_reclaims_its_partitions(cluster: Cluster) -> None:
     """The only member crashes; its restarted process takes everything back by reclaim."""
     check_restart(cluster, members=1)
 
 
+@pytest.mark.serial
 def test_restart_among_others_takes_its_partitions_back_without_passing_through_them(
         kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
     """One of three members crashes and restarts at once: its partitions come back to it,
