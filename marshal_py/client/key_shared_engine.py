@@ -34,7 +34,9 @@ A member's duties, per partition of each of its topics, at every step:
   the partition, *seen applied in the log*, is less than one HI old. Others may take its slots
   only after 2 HI, so two members never deliver a slot at once. A lapsed lease stops delivery
   (nothing is released: records handed out may still be uncommitted) until a heartbeat is
-  confirmed again.
+  confirmed again. Every read that renews the lease (a heartbeat confirmed, a claim read
+  back) first drops the slots the log now gives to others: a member stale for 2 HI may have
+  lost some in that very read.
 * **Heartbeat.** Every 0.6 to 0.8 HI for each partition where it owns slots:
   ``KeyRangesHeartbeat(offset=W)``, ``W`` = the lowest of the handed-out offsets not yet
   committed on the partition and of the cursors ``n[s]`` of its slots (a slot just won may
