@@ -34,7 +34,9 @@ A member's duties, per partition of each of its topics, at every step:
   the partition, *seen applied in the log*, is less than one HI old. Others may take its slots
   only after 2 HI, so two members never deliver a slot at once. A lapsed lease stops delivery
   (nothing is released: records handed out may still be uncommitted) until a heartbeat is
-  confirmed again.
+  confirmed again. Every read that renews the lease (a heartbeat confirmed, a claim read
+  back) first drops the slots the log now gives to others: a member stale for 2 HI may have
+  lost some in that very read.
 * **Heartbeat.** Every 0.6 to 0.8 HI for each partition where it owns slots:
   ``KeyRangesHeartbeat(offset=W)``, ``W`` = the lowest of the handed-out offsets not yet
   committed on the partition and of the cursors ``n[s]`` of its slots (a slot just won may
@@ -202,29 +204,41 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
         """Catch up with the log and reconcile every holding with it; False if the log failed."""
         if not self._try_catch_up():
             return False
-        for (topic, partition), holding in self.holdings.items():
-            state = self._state(topic, partition)
-            if state is None:
-                lost = set(holding.owned)
-                found: set[int] = set()
-            else:
-                owners = state.owners()
-                iid, cid = self.me.instance_id, self.me.client_id
-                ours = {s for s, o in enumerate(owners)
-                        if o is not None and o.instance_id == iid and o.client_id == cid}
-                lost = holding.owned - ours
-                found = ours - holding.owned
-            if lost:
-                holding.materialize()
-                holding.drop(lost)
-                self.stats.slots_lost += len(lost)
-                log.warning("lost %d key slots of %s/%d to other members; stopped delivering "
-                            "them", len(lost), topic, partition)
-            if found:  # a claim of ours the log applied while we could not read it back
-                self._adopt(holding, found)
-            seen = None if state is None else state.last_seen.get(self.me)
-            holding.lease_until_ms = 0 if seen is None else seen + self.hi
+        for holding in self.holdings.values():
+            self._reconcile(holding)
         return True
+
+    def _reconcile(self, holding: SlotHolding) -> None:
+        """Bring a holding in line with the log as read: drop the slots others own now, take
+        up those the log gave us, and set the lease from our last claim or heartbeat about
+        the partition that the log applied.
+
+        Called after every read of the log that may renew the lease (:meth:`_refresh`, and a
+        claim's read-back): a lease renewed without it would cover slots taken from us while
+        we were stale, read in the same catch-up, and hand them out beside their new owner.
+        """
+        topic, partition = holding.topic, holding.partition
+        state = self._state(topic, partition)
+        if state is None:
+            lost = set(holding.owned)
+            found: set[int] = set()
+        else:
+            owners = state.owners()
+            iid, cid = self.me.instance_id, self.me.client_id
+            ours = {s for s, o in enumerate(owners)
+                    if o is not None and o.instance_id == iid and o.client_id == cid}
+            lost = holding.owned - ours
+            found = ours - holding.owned
+        if lost:
+            holding.materialize()
+            holding.drop(lost)
+            self.stats.slots_lost += len(lost)
+            log.warning("lost %d key slots of %s/%d to other members; stopped delivering "
+                        "them", len(lost), topic, partition)
+        if found:  # a claim of ours the log applied (maybe while we could not read it back)
+            self._adopt(holding, found)
+        seen = None if state is None else state.last_seen.get(self.me)
+        holding.lease_until_ms = 0 if seen is None else seen + self.hi
 
     def _send_heartbeats(self, now: int) -> bool:
         sent = False
@@ -317,15 +331,10 @@ class KeySharedEngine(GroupMember[KeySharedConfig]):
         self.stats.claims += 1
         self.stats.slots_proposed += len(slots)
         self._catch_up()  # read back: the log decided
-        state = self._state(holding.topic, holding.partition)
-        if state is None:
-            return
-        won = {s for s in slots if state.owner(s) == self.me} - holding.owned
-        if won:
-            seen = state.last_seen.get(self.me)
-            if seen is not None:
-                holding.lease_until_ms = seen + self.hi
-            self._adopt(holding, won)
+        # Adopt what we won and renew the lease only together with dropping what others took
+        # from us meanwhile (read in the same catch-up): the claim proves us alive only for
+        # the slots we still own.
+        self._reconcile(holding)
 
     def _adopt(self, holding: SlotHolding, slots: set[int]) -> None:
         """Take up slots the log says we own: start each at its committed offset."""
