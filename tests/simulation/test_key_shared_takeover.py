@@ -19,8 +19,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from marshal_py.world.records import CoordinationRecord
-
 from marshal_py.client.key_shared_engine import KeySharedConfig, KeySharedEngine
 from marshal_py.errors import BrokerUnavailableError
 from marshal_py.log import MemoryLog, VirtualClock
@@ -35,6 +33,7 @@ from marshal_py.protocol import (
     encode,
     key_slot,
 )
+from marshal_py.protocol.records import CoordinationRecord
 from marshal_py.replay import catch_up
 from marshal_py.world import Owner, Rationalizer, RationalizerConfig
 from tests.simulation.harness import MemoryTopic, SimClock
