@@ -43,7 +43,9 @@ own processes). ``BENCH_SPARK_MASTERS=local`` leaves it out.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import statistics
 import time
 import uuid
 from collections.abc import Iterator
@@ -207,6 +209,10 @@ class QueryRun:
     seconds: float
     rows: int
     batches: int
+    batch_ms: float = 0.0
+    """The median time of a batch after the first (0: one batch): a query's
+    ``triggerExecution``; for read_stream, from one batch's ``process`` call to the next
+    (planning, reading, processing and committing one batch)."""
 
 
 def run_range_stream(spark: Any, reader: SparkReader, ctx: BenchContext, topic: str,
@@ -215,7 +221,10 @@ def run_range_stream(spark: Any, reader: SparkReader, ctx: BenchContext, topic: 
     joining to the end of its run, offsets read, batches."""
     from marshal_py.spark.range_stream import read_stream
 
+    calls: list[float] = []
+
     def process(frame: Any, batch_id: int) -> None:
+        calls.append(time.perf_counter())
         frame.write.format("noop").mode("overwrite").save()
 
     started = time.perf_counter()
@@ -225,7 +234,8 @@ def run_range_stream(spark: Any, reader: SparkReader, ctx: BenchContext, topic: 
     seconds = time.perf_counter() - started
     if rows < records:
         raise BenchError(f"the Spark {reader.name} stream read {rows:,} of {records:,} records")
-    return QueryRun(seconds, rows, batches)
+    cycles = [(b - a) * 1000 for a, b in itertools.pairwise(calls)]
+    return QueryRun(seconds, rows, batches, statistics.median(cycles) if cycles else 0.0)
 
 
 def run_query(spark: Any, ctx: BenchContext, reader: SparkReader, topic: str, records: int
@@ -251,7 +261,8 @@ def run_query(spark: Any, ctx: BenchContext, reader: SparkReader, topic: str, re
     rows = sum(p["numInputRows"] for p in progress)
     if rows < records:
         raise BenchError(f"the Spark {reader.name} query read {rows:,} of {records:,} records")
-    return QueryRun(seconds, rows, len(progress))
+    later = [p["durationMs"]["triggerExecution"] for p in progress[1:]]
+    return QueryRun(seconds, rows, len(progress), statistics.median(later) if later else 0.0)
 
 
 def warm_up(spark: Any, ctx: BenchContext, topic: str) -> None:

@@ -406,6 +406,8 @@ class Run:
     """Go to the first record handed out (joining and claiming, for ours)."""
     batches: int = 0
     """Spark rows: the micro-batches that read records."""
+    batch_ms: float = 0.0
+    """Spark rows: the median time of a batch after the first (see spark_rows.QueryRun)."""
 
 
 def run_python(ctx: BenchContext, kind: str, processes: int, topic: str, ends: dict[int, int],
@@ -479,7 +481,8 @@ def run_spark(ctx: BenchContext, masters: list[str], topics: dict[str, str], war
                     wanted = spark_rows.records_of(reader, records)
                     done = spark_rows.run_query(spark, ctx, reader, topics[reader.data], wanted)
                     result = Run(done.seconds, done.rows, done.rows - wanted,
-                                 time.perf_counter() - began, batches=done.batches)
+                                 time.perf_counter() - began, batches=done.batches,
+                                 batch_ms=done.batch_ms)
                     runs[master][reader.name].append(result)
                     ctx.say(f"  {done.rows / done.seconds:,.0f} records/s ({done.seconds:.2f} s, "
                             f"{done.batches} batches)")
@@ -632,8 +635,7 @@ def _small_batch_table(ctx: BenchContext, records: int, where: str,
                        small: list[spark_rows.SparkReader], runs: dict[str, list[Run]],
                        rates: dict[str, Measured], report: SuiteReport) -> None:
     """The small-batch rows: records/s and the time each micro-batch took."""
-    per_batch = {r.name: statistics.median(run.seconds / max(1, run.batches) * 1000
-                                           for run in runs[r.name]) for r in small}
+    per_batch = {r.name: statistics.median(run.batch_ms for run in runs[r.name]) for r in small}
     rows = []
     for reader in small:
         batches = statistics.median(run.batches for run in runs[reader.name])
@@ -654,9 +656,10 @@ def _small_batch_table(ctx: BenchContext, records: int, where: str,
         ["The fixed cost of a micro-batch: every reader limited to "
          f"{spark_rows.SMALL_BATCH:,} records per batch (format(\"kafka\"): "
          "maxOffsetsPerTrigger; ours: maxRecordsPerTrigger), its own topic of "
-         f"{small_records:,} records over {PARTITIONS} partitions. ms per batch: the run's "
-         "time (start() or read_stream() to the end, joining included) / its batches."]))
-
+         f"{small_records:,} records over {PARTITIONS} partitions. records/s: start() or "
+         "read_stream() to the end, joining included. ms per batch: the median time of a "
+         "batch after the first (a query's triggerExecution: planning, running and "
+         "committing it; read_stream: from one batch's process() call to the next)."]))
 
 if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
     worker_main()
