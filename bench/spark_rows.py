@@ -67,7 +67,7 @@ WARM_UP_RECORDS = 2_000
 #: Distinct keys of the keyed records (key-shared mode and its anchor).
 KEYS = 10_000
 #: Records of the small-batch topic, and the records per batch its readers are limited to.
-SMALL_RECORDS = int(os.environ.get("BENCH_SPARK_SMALL_RECORDS", "30000"))
+SMALL_RECORDS = int(os.environ.get("BENCH_SPARK_SMALL_RECORDS", "20000"))
 SMALL_BATCH = 1_000
 
 
