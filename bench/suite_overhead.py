@@ -47,10 +47,12 @@ then the Spark readers):
   every 0.2 s, per partition the next offset and the time it handed out the record before it,
   so the end is exact, not the polling tick. Records delivered more than once (hand-overs
   in ALO) are counted as duplicates.
-* **Spark** — Structured Streaming queries, ``format("marshal")`` in each mode against
-  Spark's own ``format("kafka")`` over the same records (see :mod:`bench.spark_rows`: the
-  readers, their anchors, the warm-up and the order), ``local[2]`` and, with
-  ``BENCH_SPARK_MASTERS=local,cluster``, on a standalone cluster of 2 workers too. Spark's
+* **Spark** — Structured Streaming queries, ``format("marshal")`` in each mode and
+  ``read_stream`` against Spark's own ``format("kafka")`` over the same records, and the same
+  readers in batches of 1,000 records (the fixed cost per micro-batch; see
+  :mod:`bench.spark_rows`: the readers, their anchors, the warm-up and the order), on
+  ``local[2]`` and (``kafka``, ``marshal-alo``, ``stream-alo``) on a standalone cluster of 2
+  workers on 127.0.0.1 (``BENCH_SPARK_MASTERS=local`` leaves the cluster out). Spark's
   Kafka connector (``spark-sql-kafka-0-10``) is fetched from Maven Central by Spark's Ivy on
   first use into ``~/.cache/marshal_py/ivy`` — only Maven Central, see ``ivysettings.xml``.
 
