@@ -265,11 +265,14 @@ def run_query(spark: Any, ctx: BenchContext, reader: SparkReader, topic: str, re
     return QueryRun(seconds, rows, len(progress), statistics.median(later) if later else 0.0)
 
 
-def warm_up(spark: Any, ctx: BenchContext, topic: str) -> None:
-    """One small untimed query of each source over ``topic`` (:data:`WARM_UP_RECORDS`
-    records), so that no measured query starts Spark's Python workers alone."""
+def warm_up(spark: Any, ctx: BenchContext, topic: str, records: int = WARM_UP_RECORDS) -> None:
+    """One untimed query of each source over ``topic`` (``records`` records): with the small
+    warm-up topic before every repetition, so that no measured query starts Spark's Python
+    workers alone; over the suite's records once per session, so that the JVM's compiler has
+    seen both sources' hot paths before the first measured query (on 2 busy cores the first
+    million-record query of a session took 1.5-2x as long as the next)."""
     for reader in (READERS_BY_NAME["kafka"], READERS_BY_NAME["marshal-alo"]):
-        run_query(spark, ctx, reader, topic, WARM_UP_RECORDS)
+        run_query(spark, ctx, reader, topic, records)
 
 
 def order(readers: list[SparkReader], repetition: int) -> list[SparkReader]:

@@ -474,7 +474,8 @@ def run_spark(ctx: BenchContext, masters: list[str], topics: dict[str, str], war
         readers = spark_rows.readers_on(master)
         with spark_rows.spark_session(ctx, master) as spark:
             runs[master] = {r.name: [] for r in readers}
-            ctx.say(f"  started in {time.perf_counter() - began:.0f} s")
+            ctx.say(f"  started in {time.perf_counter() - began:.0f} s; warming up (untimed)")
+            spark_rows.warm_up(spark, ctx, topics["plain"], records)
             for i in range(ctx.repeat):
                 spark_rows.warm_up(spark, ctx, warm)
                 for reader in spark_rows.order(readers, i):
