@@ -7,12 +7,6 @@ out as Arrow record batches in the source's schema, their columns taken in bulk 
 each fetch returned (:mod:`marshal_py.spark.arrow`): with librdkafka no Python code runs per
 record on the way from the broker's bytes to Arrow.
 
-librdkafka consumers outlive their task: Spark runs the tasks of an executor one after another
-in reused Python workers, so a worker keeps the consumer of its last task (without any
-partition assigned) for the next task with the same settings, as Spark's Kafka source keeps
-its consumers in a pool: a task then pays no connection, no metadata request and no client
-start (:class:`_FetcherPool`).
-
 A task also notes, as ranges, the offsets of its ranges that its consumer passed without a
 record (transaction markers, aborted records under read_committed, compaction, retention):
 :func:`read_task` hands them to ``on_gaps`` once the task has read everything (share mode
@@ -21,12 +15,10 @@ writes them as ``gap`` acknowledgements: :mod:`marshal_py.spark.gaps`).
 
 from __future__ import annotations
 
-import atexit
 import bisect
 import gc
 import importlib.util
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import compress
@@ -177,17 +169,12 @@ def read_task(task: ReadTask, kafka: KafkaLogConfig, schema: pa.Schema, *,
     spans = {tp: _Span(ranges) for tp, ranges in by_tp.items()}
     if not spans:
         return
-    reader, shape, pooled = _task_fetcher(fetcher, kafka, spans)
-    done = False
+    reader, shape = open_task_fetcher(fetcher, kafka, spans)
     try:
         positions = _starts(reader, spans, fail_on_data_loss)
         yield from _batches(reader, shape, spans, positions, schema, timeout_s)
-        done = True
     finally:
-        if pooled is not None and done:
-            _POOL.put(pooled, reader)  # only a consumer that read its task to the end
-        else:
-            reader.close()
+        reader.close()
     gaps = {(s.topic, s.partition): s.gaps for s in spans.values() if s.gaps}
     if gaps and on_gaps is not None:
         on_gaps(gaps)
@@ -213,79 +200,24 @@ def confluent_problem(kafka: KafkaLogConfig) -> str | None:
     return None
 
 
-def _ahead(spans: Mapping[TP, _Span]) -> int:
-    """librdkafka's ``queued.min.messages`` for a task reading ``spans``: it fetches ahead
-    until a partition has that many records queued, so never much more than the task reads
-    (what it fetches past a range's end is thrown away). Rounded up to a power of two, so
-    that tasks of about the same size share pooled consumers."""
-    wanted = max(1_000, min(100_000, max(s.end - s.start for s in spans.values())))
-    return min(100_000, 1 << (wanted - 1).bit_length())
-
-
-def _task_fetcher(kind: SparkFetcher, kafka: KafkaLogConfig, spans: Mapping[TP, _Span]
-                  ) -> tuple[DataFetcher, RecordShape, tuple[str, int] | None]:
-    """The fetcher of a task, its records' shape, and its key in :data:`_POOL` (None: not
-    pooled, close it after the task): a librdkafka consumer comes from the pool when one
-    with the same settings is idle there."""
+def open_task_fetcher(kind: SparkFetcher, kafka: KafkaLogConfig, spans: Mapping[TP, _Span]
+                      ) -> tuple[DataFetcher, RecordShape]:
+    """A connected fetcher of ``kind`` for a task reading ``spans``, and the shape of its
+    records."""
     if kind == "auto":
         why = confluent_problem(kafka)
         if why is not None:
             log.debug("reading with kafka-python: %s", why)
         kind = "kafka-python" if why else "confluent"
     if kind == "kafka-python":
-        return KafkaPythonFetcher(kafka), KAFKA_PYTHON_SHAPE, None
+        return KafkaPythonFetcher(kafka), KAFKA_PYTHON_SHAPE
     from marshal_py.client.confluent_fetcher import ConfluentFetcher, confluent_module
 
-    key = (repr(kafka), _ahead(spans))
-    fetcher = _POOL.take(key)
-    if fetcher is None:
-        fetcher = ConfluentFetcher(kafka, messages=True,
-                                   overrides={"queued.min.messages": key[1]})
-    return fetcher, confluent_shape(confluent_module().Message), key
-
-
-class _FetcherPool:
-    """Idle librdkafka consumers of this process, by settings (the ``repr`` of the
-    KafkaLogConfig, credentials included, and the fetch-ahead size): at most
-    :attr:`LIMIT`, the least recently used closed first; all closed at exit."""
-
-    LIMIT = 2
-
-    def __init__(self) -> None:
-        self._idle: dict[tuple[str, int], DataFetcher] = {}
-        self._lock = threading.Lock()
-
-    def take(self, key: tuple[str, int]) -> DataFetcher | None:
-        """An idle consumer with these settings (now the caller's), or None."""
-        with self._lock:
-            return self._idle.pop(key, None)
-
-    def put(self, key: tuple[str, int], fetcher: DataFetcher) -> None:
-        """Keep ``fetcher`` for a later task, without any partition assigned (librdkafka
-        stops fetching them); a consumer that cannot be unassigned is closed."""
-        try:
-            fetcher.assign(())
-        except Exception:  # a broken consumer is not worth keeping
-            fetcher.close()
-            return
-        with self._lock:
-            closing = [self._idle.pop(key)] if key in self._idle else []
-            self._idle[key] = fetcher
-            while len(self._idle) > self.LIMIT:
-                closing.append(self._idle.pop(next(iter(self._idle))))
-        for old in closing:
-            old.close()
-
-    def close(self) -> None:
-        """Close every idle consumer."""
-        with self._lock:
-            idle, self._idle = list(self._idle.values()), {}
-        for fetcher in idle:
-            fetcher.close()
-
-
-_POOL = _FetcherPool()
-atexit.register(_POOL.close)
+    # librdkafka fetches ahead until a partition has queued.min.messages: never much more
+    # than the task reads (what it fetches past a range's end is thrown away).
+    ahead = max(1_000, min(100_000, max(s.end - s.start for s in spans.values())))
+    fetcher = ConfluentFetcher(kafka, messages=True, overrides={"queued.min.messages": ahead})
+    return fetcher, confluent_shape(confluent_module().Message)
 
 
 def _starts(reader: DataFetcher, spans: Mapping[TP, _Span], fail_on_data_loss: bool

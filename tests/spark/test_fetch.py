@@ -17,7 +17,6 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from marshal_py.client.batch_member import PlannedRange, ShareHolder
 from marshal_py.jvm import free_port
 from marshal_py.log.kafka import KafkaLogConfig
-from marshal_py.spark import fetch as fetch_module
 from marshal_py.spark.fetch import DataLossError, read_task
 from marshal_py.spark.gaps import write_gaps
 from marshal_py.spark.planning import ReadTask
@@ -28,14 +27,6 @@ pytestmark = pytest.mark.integration
 
 ARROW = to_arrow_schema(SCHEMA, timezone="UTC")
 FETCHERS = ("confluent", "kafka-python")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _idle_consumers_closed() -> Iterator[None]:
-    """Close the consumers the tasks left in the pool before the broker stops (they would
-    log every failed reconnection until the process exits)."""
-    yield
-    fetch_module._POOL.close()
 
 
 @pytest.fixture(params=FETCHERS)
@@ -130,32 +121,3 @@ def test_gaps_that_cannot_be_written_are_a_warning_not_a_failed_task(
     with caplog.at_level(logging.WARNING, logger="marshal_py.spark.gaps"):
         assert write_gaps(holder, nowhere, {("jobs", 0): [(3, 4), (9, 9)]}) is False
     assert "could not write gap acknowledgements for 3 offsets" in caplog.text
-
-
-def test_a_later_task_reuses_the_idle_librdkafka_consumer_and_reads_exactly_its_ranges(
-        kafka_bootstrap: str, topic: str) -> None:
-    """Tasks of a reused Python worker share one consumer (the pool of marshal_py.spark.fetch):
-    the next task with the same settings takes it, even to read earlier offsets of a
-    partition the consumer read past, or another partition; a task that failed does not
-    give its consumer back."""
-    config = KafkaLogConfig(bootstrap_servers=kafka_bootstrap)
-    first = ReadTask((PlannedRange(topic, 0, 0, 60), PlannedRange(topic, 1, 0, 10)))
-    assert sorted((r["partition"], r["offset"]) for r in rows(first, kafka_bootstrap,
-                                                               fetcher="confluent")) == (
-        [(0, o) for o in range(60)] + [(1, o) for o in range(10)])
-    key = (repr(config), 1024)  # the settings, and librdkafka's fetch-ahead for small tasks
-    idle = fetch_module._POOL._idle.get(key)
-    assert idle is not None and idle.assignment() == set()
-    again = ReadTask((PlannedRange(topic, 0, 20, 30),))
-    got = rows(again, kafka_bootstrap, fetcher="confluent")
-    assert [(r["partition"], r["offset"], r["value"]) for r in got] == [
-        (0, o, f"v{o}".encode()) for o in range(20, 30)]
-    assert fetch_module._POOL._idle.get(key) is idle
-    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    try:
-        admin.delete_records({TopicPartition(topic, 0): 50})
-    finally:
-        admin.close()
-    with pytest.raises(DataLossError):
-        rows(ReadTask((PlannedRange(topic, 0, 10, 80),)), kafka_bootstrap, fetcher="confluent")
-    assert key not in fetch_module._POOL._idle
