@@ -64,9 +64,10 @@ consumer does nothing but fetch, while ours also heartbeats, replays ``__marshal
 confirms windows; with 2 cores, 3 processes plus the broker are CPU-bound. Joining a fresh
 group (HI 1 s) takes about a second and is inside the clock, so at small N, and against
 ``ck`` (which reads 200,000 records in about 0.2 s), the ratio measures mostly that. A full
-run (N = 1M, 3 repetitions: 66 Python runs and 9 Spark queries) takes about 13 minutes on 2
-cores, scaled from 3.5-minute runs at N = 200,000 (each Python run also has about 0.7 s of
-process start-up and shut-down outside the clock); ``BENCH_OVERHEAD_RECORDS`` overrides N.
+run's Python part (N = 1M, 3 repetitions: 66 runs) takes about 13 minutes on 2 cores, scaled
+from 3.5-minute runs at N = 200,000 (each Python run also has about 0.7 s of process start-up
+and shut-down outside the clock); its Spark part (42 measured queries, the cluster's start and
+the warm-ups) 13-20 minutes on a shared 2-core machine; ``BENCH_OVERHEAD_RECORDS`` overrides N.
 Needs confluent-kafka (``pip install 'marshal_py[librdkafka]'``); without it the suite stops
 before producing, with one line saying so.
 """
