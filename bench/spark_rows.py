@@ -269,8 +269,8 @@ def warm_up(spark: Any, ctx: BenchContext, topic: str, records: int = WARM_UP_RE
     """One untimed query of each source over ``topic`` (``records`` records): with the small
     warm-up topic before every repetition, so that no measured query starts Spark's Python
     workers alone; over the suite's records once per session, so that the JVM's compiler has
-    seen both sources' hot paths before the first measured query (on 2 busy cores the first
-    million-record query of a session took 1.5-2x as long as the next)."""
+    seen both sources' hot paths before the first measured query (on 2 busy cores a session's
+    first million-record queries took up to twice as long as its later ones)."""
     for reader in (READERS_BY_NAME["kafka"], READERS_BY_NAME["marshal-alo"]):
         run_query(spark, ctx, reader, topic, records)
 
