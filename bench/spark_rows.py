@@ -26,15 +26,26 @@ first Python query of its repetition) paid it every time and AMO never: that was
 "ALO is slower than AMO" gap. Now every repetition starts with an untimed warm-up (one small
 query of each source) and the order of the readers turns by one each repetition.
 
-``masters``: ``local`` (``local[2]``: the driver and both executor threads in one JVM) and/or
-``cluster`` (a :class:`~marshal_py.spark.cluster.StandaloneCluster` on 127.0.0.1: a master and
-2 workers of 1 core each, one executor JVM per worker).
+Small batches (the fixed cost of a micro-batch): ``kafka-small`` (``maxOffsetsPerTrigger``),
+``marshal-alo-small`` and ``stream-alo-small`` (``maxRecordsPerTrigger``) read a topic of their
+own (:data:`SMALL_RECORDS` records, :data:`SMALL_BATCH` records per batch: a few dozen
+batches), so a user sees what each batch costs beyond its records; anchor ``kafka-small``.
+
+``masters`` (``BENCH_SPARK_MASTERS``, default ``local,cluster``): ``local`` (``local[2]``: the
+driver and both executor threads in one JVM) and ``cluster`` (a
+:class:`~marshal_py.spark.cluster.StandaloneCluster` on 127.0.0.1: a master and 2 workers of 1
+core each, one executor JVM per worker). The cluster runs only the readers marked ``cluster``
+(``kafka``, ``marshal-alo``, ``stream-alo``): its start and every query cost more there, and
+those three answer the question it is for (does the ALO ratio hold with executors in their
+own processes). ``BENCH_SPARK_MASTERS=local`` leaves it out.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import statistics
 import time
 import uuid
 from collections.abc import Iterator
@@ -55,6 +66,9 @@ ROOT = Path(__file__).resolve().parent.parent
 WARM_UP_RECORDS = 2_000
 #: Distinct keys of the keyed records (key-shared mode and its anchor).
 KEYS = 10_000
+#: Records of the small-batch topic, and the records per batch its readers are limited to.
+SMALL_RECORDS = int(os.environ.get("BENCH_SPARK_SMALL_RECORDS", "20000"))
+SMALL_BATCH = 1_000
 
 
 @dataclass(frozen=True)
@@ -65,43 +79,66 @@ class SparkReader:
     label: str
     source: str
     """``kafka``, ``marshal`` (format("marshal")) or ``range`` (read_stream)."""
-    keyed: bool = False
-    """Reads the keyed records."""
+    data: str = "plain"
+    """Which records: ``plain`` (the suite's), ``keyed`` (with keys) or ``small`` (the
+    small-batch topic)."""
     mode: str | None = None
     anchor: str | None = None
     options: dict[str, str] = field(default_factory=dict)
+    cluster: bool = False
+    """Also run on the standalone cluster."""
+    batch_records: int | None = None
+    """Records per micro-batch at most (``maxOffsetsPerTrigger`` / ``maxRecordsPerTrigger``);
+    None: everything in one batch."""
 
 
 SPARK_READERS: tuple[SparkReader, ...] = (
-    SparkReader("kafka", 'Spark format("kafka")', "kafka"),
+    SparkReader("kafka", 'Spark format("kafka")', "kafka", cluster=True),
     SparkReader("marshal-alo", 'Spark format("marshal") ALO', "marshal", mode="alo",
-                anchor="kafka"),
+                anchor="kafka", cluster=True),
     SparkReader("marshal-amo", 'Spark format("marshal") AMO', "marshal", mode="amo",
                 anchor="kafka"),
     SparkReader("marshal-share", 'Spark format("marshal") share (inflight.limit 10000)',
                 "marshal", mode="share", anchor="kafka",
                 options={"inflight.limit": "10000"}),
     SparkReader("stream-alo", "read_stream ALO (Spark's Kafka reader)", "range", mode="alo",
-                anchor="kafka"),
+                anchor="kafka", cluster=True),
     SparkReader("stream-amo", "read_stream AMO (Spark's Kafka reader)", "range", mode="amo",
                 anchor="kafka"),
-    SparkReader("kafka-keyed", 'Spark format("kafka"), keyed records', "kafka", keyed=True),
+    SparkReader("kafka-keyed", 'Spark format("kafka"), keyed records', "kafka", data="keyed"),
     SparkReader("marshal-key-shared", 'Spark format("marshal") key-shared, keyed records',
-                "marshal", keyed=True, mode="key-shared", anchor="kafka-keyed"),
+                "marshal", data="keyed", mode="key-shared", anchor="kafka-keyed"),
+    SparkReader("kafka-small", f'Spark format("kafka"), batches of {SMALL_BATCH:,}', "kafka",
+                data="small", batch_records=SMALL_BATCH),
+    SparkReader("marshal-alo-small", f'Spark format("marshal") ALO, batches of {SMALL_BATCH:,}',
+                "marshal", data="small", mode="alo", anchor="kafka-small",
+                batch_records=SMALL_BATCH),
+    SparkReader("stream-alo-small", f"read_stream ALO, batches of {SMALL_BATCH:,}", "range",
+                data="small", mode="alo", anchor="kafka-small", batch_records=SMALL_BATCH),
 )
 READERS_BY_NAME = {r.name: r for r in SPARK_READERS}
 MASTERS = ("local", "cluster")
 
 
 def masters_wanted() -> list[str]:
-    """``BENCH_SPARK_MASTERS`` (comma-separated: local, cluster; default local)."""
-    wanted = [m.strip() for m in os.environ.get("BENCH_SPARK_MASTERS", "local").split(",")
+    """``BENCH_SPARK_MASTERS`` (comma-separated: local, cluster; default both)."""
+    wanted = [m.strip() for m in os.environ.get("BENCH_SPARK_MASTERS", "local,cluster").split(",")
               if m.strip()]
     unknown = [m for m in wanted if m not in MASTERS]
     if unknown or not wanted:
         raise BenchError(f"BENCH_SPARK_MASTERS names {unknown or 'nothing'}; use local, "
                          "cluster or local,cluster")
     return wanted
+
+
+def readers_on(master: str) -> list[SparkReader]:
+    """The readers run on ``master`` (the cluster runs those marked ``cluster``)."""
+    return [r for r in SPARK_READERS if master == "local" or r.cluster]
+
+
+def records_of(reader: SparkReader, records: int) -> int:
+    """Records ``reader`` reads when the suite's topics hold ``records``."""
+    return min(SMALL_RECORDS, records) if reader.data == "small" else records
 
 
 def master_label(master: str) -> str:
@@ -144,8 +181,11 @@ def read(spark: Any, ctx: BenchContext, reader: SparkReader, topic: str) -> Any:
     """The streaming DataFrame of ``reader`` over ``topic`` (a fresh group for ours)."""
     stream = spark.readStream
     if reader.source == "kafka":
-        return (stream.format("kafka").option("kafka.bootstrap.servers", ctx.bootstrap)
-                .option("subscribe", topic).option("startingOffsets", "earliest").load())
+        stream = (stream.format("kafka").option("kafka.bootstrap.servers", ctx.bootstrap)
+                  .option("subscribe", topic).option("startingOffsets", "earliest"))
+        if reader.batch_records is not None:
+            stream = stream.option("maxOffsetsPerTrigger", str(reader.batch_records))
+        return stream.load()
     stream = stream.format("marshal")
     for key, value in marshal_options(ctx, reader, topic).items():
         stream = stream.option(key, value)
@@ -154,34 +194,54 @@ def read(spark: Any, ctx: BenchContext, reader: SparkReader, topic: str) -> Any:
 
 def marshal_options(ctx: BenchContext, reader: SparkReader, topic: str) -> dict[str, str]:
     """Options of ``reader`` (format("marshal") or read_stream), a fresh group."""
+    limit = ({} if reader.batch_records is None
+             else {"maxRecordsPerTrigger": str(reader.batch_records)})
     return {"bootstrap.servers": ctx.bootstrap,
             "group": f"bench.overhead.spark.{reader.name}.{uuid.uuid4().hex[:8]}",
             "topics": topic, "mode": str(reader.mode), "offset.reset": "earliest",
-            "heartbeat.interval": str(HI_S), **reader.options}
+            "heartbeat.interval": str(HI_S), **limit, **reader.options}
+
+
+@dataclass(frozen=True)
+class QueryRun:
+    """One measured query: seconds, rows read and micro-batches that read rows."""
+
+    seconds: float
+    rows: int
+    batches: int
+    batch_ms: float = 0.0
+    """The median time of a batch after the first (0: one batch): a query's
+    ``triggerExecution``; for read_stream, from one batch's ``process`` call to the next
+    (planning, reading, processing and committing one batch)."""
 
 
 def run_range_stream(spark: Any, reader: SparkReader, ctx: BenchContext, topic: str,
-                     records: int) -> tuple[float, int]:
-    """One read_stream, available_now, every batch into the noop sink: (seconds from
-    joining to the end of its run, offsets read)."""
+                     records: int) -> QueryRun:
+    """One read_stream, available_now, every batch into the noop sink: seconds from
+    joining to the end of its run, offsets read, batches."""
     from marshal_py.spark.range_stream import read_stream
 
+    calls: list[float] = []
+
     def process(frame: Any, batch_id: int) -> None:
+        calls.append(time.perf_counter())
         frame.write.format("noop").mode("overwrite").save()
 
     started = time.perf_counter()
     with read_stream(spark, marshal_options(ctx, reader, topic), process) as stream:
-        stream.run(available_now=True)
+        batches = stream.run(available_now=True)
         rows = stream.records
     seconds = time.perf_counter() - started
     if rows < records:
         raise BenchError(f"the Spark {reader.name} stream read {rows:,} of {records:,} records")
-    return seconds, rows
+    cycles = [(b - a) * 1000 for a, b in itertools.pairwise(calls)]
+    return QueryRun(seconds, rows, batches, statistics.median(cycles) if cycles else 0.0)
 
 
 def run_query(spark: Any, ctx: BenchContext, reader: SparkReader, topic: str, records: int
-              ) -> tuple[float, int]:
-    """One availableNow query into the noop sink: (seconds from start() to its end, rows)."""
+              ) -> QueryRun:
+    """One availableNow query into the noop sink: seconds from start() to its end, rows,
+    batches."""
     if reader.source == "range":
         return run_range_stream(spark, reader, ctx, topic, records)
     checkpoint = f"/tmp/marshal-bench-{reader.name}-{uuid.uuid4().hex[:8]}"
@@ -197,23 +257,28 @@ def run_query(spark: Any, ctx: BenchContext, reader: SparkReader, topic: str, re
                          f"{limit_s:.0f} s")
     if query.exception() is not None:
         raise BenchError(f"the Spark {reader.name} query failed: {query.exception()}")
-    rows = sum(p["numInputRows"] for p in query.recentProgress)
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    rows = sum(p["numInputRows"] for p in progress)
     if rows < records:
         raise BenchError(f"the Spark {reader.name} query read {rows:,} of {records:,} records")
-    return seconds, rows
+    later = [p["durationMs"]["triggerExecution"] for p in progress[1:]]
+    return QueryRun(seconds, rows, len(progress), statistics.median(later) if later else 0.0)
 
 
-def warm_up(spark: Any, ctx: BenchContext, topic: str) -> None:
-    """One small untimed query of each source over ``topic`` (:data:`WARM_UP_RECORDS`
-    records), so that no measured query starts Spark's Python workers alone."""
+def warm_up(spark: Any, ctx: BenchContext, topic: str, records: int = WARM_UP_RECORDS) -> None:
+    """One untimed query of each source over ``topic`` (``records`` records): with the small
+    warm-up topic before every repetition, so that no measured query starts Spark's Python
+    workers alone; over the suite's records once per session, so that the JVM's compiler has
+    seen both sources' hot paths before the first measured query (on 2 busy cores a session's
+    first million-record queries took up to twice as long as its later ones)."""
     for reader in (READERS_BY_NAME["kafka"], READERS_BY_NAME["marshal-alo"]):
-        run_query(spark, ctx, reader, topic, WARM_UP_RECORDS)
+        run_query(spark, ctx, reader, topic, records)
 
 
-def order(repetition: int) -> list[SparkReader]:
+def order(readers: list[SparkReader], repetition: int) -> list[SparkReader]:
     """The readers of one repetition: the list turned by one place per repetition."""
-    turn = repetition % len(SPARK_READERS)
-    return list(SPARK_READERS[turn:] + SPARK_READERS[:turn])
+    turn = repetition % len(readers)
+    return readers[turn:] + readers[:turn]
 
 
 def keyed(i: int) -> bytes:

@@ -47,10 +47,12 @@ then the Spark readers):
   every 0.2 s, per partition the next offset and the time it handed out the record before it,
   so the end is exact, not the polling tick. Records delivered more than once (hand-overs
   in ALO) are counted as duplicates.
-* **Spark** — Structured Streaming queries, ``format("marshal")`` in each mode against
-  Spark's own ``format("kafka")`` over the same records (see :mod:`bench.spark_rows`: the
-  readers, their anchors, the warm-up and the order), ``local[2]`` and, with
-  ``BENCH_SPARK_MASTERS=local,cluster``, on a standalone cluster of 2 workers too. Spark's
+* **Spark** — Structured Streaming queries, ``format("marshal")`` in each mode and
+  ``read_stream`` against Spark's own ``format("kafka")`` over the same records, and the same
+  readers in batches of 1,000 records (the fixed cost per micro-batch; see
+  :mod:`bench.spark_rows`: the readers, their anchors, the warm-up and the order), on
+  ``local[2]`` and (``kafka``, ``marshal-alo``, ``stream-alo``) on a standalone cluster of 2
+  workers on 127.0.0.1 (``BENCH_SPARK_MASTERS=local`` leaves the cluster out). Spark's
   Kafka connector (``spark-sql-kafka-0-10``) is fetched from Maven Central by Spark's Ivy on
   first use into ``~/.cache/marshal_py/ivy`` — only Maven Central, see ``ivysettings.xml``.
 
@@ -62,9 +64,10 @@ consumer does nothing but fetch, while ours also heartbeats, replays ``__marshal
 confirms windows; with 2 cores, 3 processes plus the broker are CPU-bound. Joining a fresh
 group (HI 1 s) takes about a second and is inside the clock, so at small N, and against
 ``ck`` (which reads 200,000 records in about 0.2 s), the ratio measures mostly that. A full
-run (N = 1M, 3 repetitions: 66 Python runs and 9 Spark queries) takes about 13 minutes on 2
-cores, scaled from 3.5-minute runs at N = 200,000 (each Python run also has about 0.7 s of
-process start-up and shut-down outside the clock); ``BENCH_OVERHEAD_RECORDS`` overrides N.
+run's Python part (N = 1M, 3 repetitions: 66 runs) takes about 13 minutes on 2 cores, scaled
+from 3.5-minute runs at N = 200,000 (each Python run also has about 0.7 s of process start-up
+and shut-down outside the clock); its Spark part (42 measured queries, the cluster's start and
+the warm-ups) 13-20 minutes on a shared 2-core machine; ``BENCH_OVERHEAD_RECORDS`` overrides N.
 Needs confluent-kafka (``pip install 'marshal_py[librdkafka]'``); without it the suite stops
 before producing, with one line saying so.
 """
@@ -404,6 +407,10 @@ class Run:
     """The whole run, process start-up and shut-down included (for estimating run time)."""
     first_s: float = 0.0
     """Go to the first record handed out (joining and claiming, for ours)."""
+    batches: int = 0
+    """Spark rows: the micro-batches that read records."""
+    batch_ms: float = 0.0
+    """Spark rows: the median time of a batch after the first (see spark_rows.QueryRun)."""
 
 
 def run_python(ctx: BenchContext, kind: str, processes: int, topic: str, ends: dict[int, int],
@@ -457,27 +464,32 @@ def run_python(ctx: BenchContext, kind: str, processes: int, topic: str, ends: d
                first_s)
 
 
-def run_spark(ctx: BenchContext, masters: list[str], topics: dict[bool, str], warm: str,
+def run_spark(ctx: BenchContext, masters: list[str], topics: dict[str, str], warm: str,
               records: int) -> dict[str, dict[str, list[Run]]]:
-    """Every Spark reader ``ctx.repeat`` times on each master (see :mod:`bench.spark_rows`)."""
+    """Every Spark reader of each master ``ctx.repeat`` times (see :mod:`bench.spark_rows`)."""
     runs: dict[str, dict[str, list[Run]]] = {}
     for master in masters:
         ctx.say(f"starting Spark on {spark_rows.master_label(master)} (the Kafka connector is "
                 "fetched on first use)")
         began = time.perf_counter()
+        readers = spark_rows.readers_on(master)
         with spark_rows.spark_session(ctx, master) as spark:
-            runs[master] = {r.name: [] for r in spark_rows.SPARK_READERS}
-            ctx.say(f"  started in {time.perf_counter() - began:.0f} s")
+            runs[master] = {r.name: [] for r in readers}
+            ctx.say(f"  started in {time.perf_counter() - began:.0f} s; warming up (untimed)")
+            spark_rows.warm_up(spark, ctx, topics["plain"], records)
             for i in range(ctx.repeat):
                 spark_rows.warm_up(spark, ctx, warm)
-                for reader in spark_rows.order(i):
+                for reader in spark_rows.order(readers, i):
                     ctx.say(f"repetition {i + 1}/{ctx.repeat}: Spark {master} {reader.name}")
                     began = time.perf_counter()
-                    seconds, rows = spark_rows.run_query(spark, ctx, reader,
-                                                         topics[reader.keyed], records)
-                    result = Run(seconds, rows, rows - records, time.perf_counter() - began)
+                    wanted = spark_rows.records_of(reader, records)
+                    done = spark_rows.run_query(spark, ctx, reader, topics[reader.data], wanted)
+                    result = Run(done.seconds, done.rows, done.rows - wanted,
+                                 time.perf_counter() - began, batches=done.batches,
+                                 batch_ms=done.batch_ms)
                     runs[master][reader.name].append(result)
-                    ctx.say(f"  {records / seconds:,.0f} records/s ({seconds:.2f} s)")
+                    ctx.say(f"  {done.rows / done.seconds:,.0f} records/s ({done.seconds:.2f} s, "
+                            f"{done.batches} batches)")
     return runs
 
 
@@ -492,11 +504,13 @@ def run(ctx: BenchContext) -> SuiteReport:
     records = records_for(ctx.quick)
     topic = ctx.create_topic(f"bench-overhead-{ctx.tag()}", PARTITIONS)
     ctx.produce(topic, records, PARTITIONS)
-    topics = {False: topic}
+    topics = {"plain": topic}
     warm = ""
     if masters:
-        topics[True] = ctx.create_topic(f"bench-overhead-keyed-{ctx.tag()}", PARTITIONS)
-        ctx.produce(topics[True], records, PARTITIONS, key=spark_rows.keyed)
+        topics["keyed"] = ctx.create_topic(f"bench-overhead-keyed-{ctx.tag()}", PARTITIONS)
+        ctx.produce(topics["keyed"], records, PARTITIONS, key=spark_rows.keyed)
+        topics["small"] = ctx.create_topic(f"bench-overhead-small-{ctx.tag()}", PARTITIONS)
+        ctx.produce(topics["small"], min(spark_rows.SMALL_RECORDS, records), PARTITIONS)
         warm = ctx.create_topic(f"bench-overhead-warm-{ctx.tag()}", PARTITIONS)
         ctx.produce(warm, spark_rows.WARM_UP_RECORDS, PARTITIONS, key=spark_rows.keyed)
     ends = {p: records // PARTITIONS + (1 if p < records % PARTITIONS else 0)
@@ -590,13 +604,17 @@ def _python_tables(ctx: BenchContext, records: int, python: dict[tuple[str, int]
 
 def _spark_table(ctx: BenchContext, records: int, master: str, runs: dict[str, list[Run]],
                  report: SuiteReport) -> None:
-    rates = {name: _rates(done, records) for name, done in runs.items()}
+    rates = {name: Measured([r.delivered / r.seconds for r in done], "records/s")
+             for name, done in runs.items()}
+    readers = [r for r in spark_rows.readers_on(master) if r.batch_records is None]
     rows = []
-    for reader in spark_rows.SPARK_READERS:
+    for reader in readers:
         versus = ("anchor" if reader.anchor is None
                   else ratio(rates[reader.name].median, rates[reader.anchor].median))
         rows.append([reader.label, rates[reader.name].cell(), reader.anchor or "—", versus])
     where = spark_rows.master_label(master)
+    only = ("" if master == "local" else " Only the readers marked for the cluster run here "
+            "(format(\"kafka\"), format(\"marshal\") ALO, read_stream ALO).")
     report.tables.append(Table(
         f"Spark source, the same {records:,} records, {where}, availableNow, noop sink "
         f"(records/s, median (range) of {ctx.repeat})",
@@ -608,12 +626,44 @@ def _spark_table(ctx: BenchContext, records: int, master: str, runs: dict[str, l
          "confluent-kafka installed). read_stream rows: from read_stream() (joining the "
          "group) to the end of run(available_now=True), each batch written with "
          "df.write.format(\"noop\"). Keyed records: 10,000 distinct keys. Spark's Kafka "
-         f"source is spark-sql-kafka-0-10_2.13:{spark_rows.SPARK_KAFKA_VERSION}."]))
+         f"source is spark-sql-kafka-0-10_2.13:{spark_rows.SPARK_KAFKA_VERSION}.{only}"]))
     report.plots.append(Plot(
         f"Spark sources, {where}: records/s (median)", "bar", "source", "records/s",
-        [r.name for r in spark_rows.SPARK_READERS],
-        {"records/s": [rates[r.name].median for r in spark_rows.SPARK_READERS]}))
+        [r.name for r in readers], {"records/s": [rates[r.name].median for r in readers]}))
+    small = [r for r in spark_rows.readers_on(master) if r.batch_records is not None]
+    if small:
+        _small_batch_table(ctx, records, where, small, runs, rates, report)
 
+
+def _small_batch_table(ctx: BenchContext, records: int, where: str,
+                       small: list[spark_rows.SparkReader], runs: dict[str, list[Run]],
+                       rates: dict[str, Measured], report: SuiteReport) -> None:
+    """The small-batch rows: records/s and the time each micro-batch took."""
+    per_batch = {r.name: statistics.median(run.batch_ms for run in runs[r.name]) for r in small}
+    rows = []
+    for reader in small:
+        batches = statistics.median(run.batches for run in runs[reader.name])
+        if reader.anchor is None:
+            versus, extra = "anchor", "—"
+        else:
+            versus = ratio(rates[reader.name].median, rates[reader.anchor].median)
+            extra = f"{per_batch[reader.name] - per_batch[reader.anchor]:+.0f}"
+        rows.append([reader.label, rates[reader.name].cell(), f"{batches:.0f}",
+                     f"{per_batch[reader.name]:.0f}", reader.anchor or "—", versus, extra])
+    small_records = spark_rows.records_of(small[0], records)
+    report.tables.append(Table(
+        f"Spark, small batches: {small_records:,} records in batches of at most "
+        f"{spark_rows.SMALL_BATCH:,}, {where}, availableNow, noop sink (median of "
+        f"{ctx.repeat})",
+        ["reader", "records/s", "batches", "ms per batch", "anchor", "ours / anchor",
+         "ms per batch over the anchor"], rows,
+        ["The fixed cost of a micro-batch: every reader limited to "
+         f"{spark_rows.SMALL_BATCH:,} records per batch (format(\"kafka\"): "
+         "maxOffsetsPerTrigger; ours: maxRecordsPerTrigger), its own topic of "
+         f"{small_records:,} records over {PARTITIONS} partitions. records/s: start() or "
+         "read_stream() to the end, joining included. ms per batch: the median time of a "
+         "batch after the first (a query's triggerExecution: planning, running and "
+         "committing it; read_stream: from one batch's process() call to the next)."]))
 
 if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
     worker_main()

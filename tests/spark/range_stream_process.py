@@ -5,7 +5,8 @@ kill -9 never leaves half a file).
 
     python -m tests.spark.range_stream_process BOOTSTRAP CTOPIC GROUP TOPIC OUT TAG \\
         [--follow] [--mode alo] [--max-per-batch 300] [--no-connector] [--fail-at N]
-        [--stop-after N] [--max-batches N] [--option NAME=VALUE ...] [--cluster]
+        [--stop-after N] [--max-batches N] [--option NAME=VALUE ...]
+        [--reader-option NAME=VALUE ...] [--cluster]
 
 ``--cluster``: on a standalone cluster of 2 one-core workers started here (executor JVMs of
 their own, no marshal_py on their Python path), not local[2].
@@ -14,6 +15,8 @@ Without ``--follow`` the stream reads what is available at its start and exits 0
 :class:`~marshal_py.errors.MarshalError` is printed as one line on stderr, exit status 2.
 ``--fail-at N``: batch N's function writes its rows to ``<out>/failed-<tag>.json`` (not a
 batch file) and raises (exit status 1). ``--stop-after N``: batch N calls ``stream.stop()``.
+``--option``: a further option of the stream; ``--reader-option``: an option of Spark's Kafka
+reader (``reader_options``).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ def main() -> int:
     parser.add_argument("--stop-after", type=int, default=None)
     parser.add_argument("--max-batches", type=int, default=None)
     parser.add_argument("--option", action="append", default=[])
+    parser.add_argument("--reader-option", action="append", default=[])
     parser.add_argument("--cluster", action="store_true")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
@@ -85,8 +89,9 @@ def run(spark: Any, args: argparse.Namespace) -> int:
                "client.id": "crash-stream", "heartbeat.interval": "1",
                "offset.reset": "earliest", "maxRecordsPerTrigger": args.max_per_batch}
     options.update(option.split("=", 1) for option in args.option)
+    reader_options = dict(option.split("=", 1) for option in args.reader_option)
     try:
-        with read_stream(spark, options, process) as stream:
+        with read_stream(spark, options, process, reader_options=reader_options) as stream:
             streams.append(stream)
             stream.run(available_now=not args.follow, trigger_interval=0.1,
                        max_batches=args.max_batches)

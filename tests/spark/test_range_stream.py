@@ -19,6 +19,7 @@ import pytest
 
 from marshal_py.spark.connector import KafkaConnectorMissingError
 from marshal_py.spark.range_stream import read_stream
+from marshal_py.world import Owner
 from tests.integration.consumer_support import Cluster, wait_for
 from tests.integration.test_auth import key_file
 from tests.integration.test_transactional_input import PLAN, lag_rows
@@ -221,6 +222,53 @@ def test_on_a_standalone_cluster_executor_jvms_read_every_record(
         assert sorted(delivered(out)) == sorted(produced)
         assert len(list(out.glob("run1-*.json"))) == 4
     finally:
+        world.close()
+
+
+def test_alo_stream_beside_a_python_consumer_shares_the_group_and_each_record_goes_to_one(
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    """A read_stream and a `marshal consume` process in one ALO group: the partitions are
+    split between them, and while they hold their claims every record is delivered, each by
+    the holder of its partition only."""
+    world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [sys.executable, "-m", "tests.spark.range_stream_process", world.bootstrap,
+            world.ctopic, world.group, world.topic, str(out), "run1", "--follow",
+            "--max-per-batch", "200"]
+    with open(tmp_path / "stream.err", "wb") as err:
+        stream = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        python = world.spawn("python-1")
+        python.wait_joined(timeout=60)
+
+        def split(owners: dict[int, Owner | None]) -> bool:
+            held = Counter(o.client_id for o in owners.values() if o is not None)
+            return held == {"crash-stream": 2, "python-1": 2}
+
+        owners = world.watcher.wait_owned(split, 180, "2 partitions each for the stream and "
+                                          "the Python consumer", world.partitions)
+        produced = world.producer.send(2000)
+
+        def both() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+            return delivered(out), python.printed()
+
+        wait_for(lambda: set(produced) <= set(both()[0]) | set(both()[1]), 180,
+                 "every record delivered by the stream or the Python consumer",
+                 describe=lambda: (f"stream {len(both()[0])}, python {len(both()[1])}; "
+                                   f"{(tmp_path / 'stream.err').read_text()[-1500:]}"))
+        assert world.watcher.owners(world.partitions) == owners, "the claims moved"
+        by_stream, by_python = both()
+        assert set(by_stream) & set(by_python) == set()
+        assert [tp for tp, n in Counter(by_stream + by_python).items() if n > 1] == []
+        assert set(by_stream) | set(by_python) == set(produced)
+        holders = {p: o.client_id for p, o in owners.items() if o is not None}
+        assert {holders[p] for p, _ in by_stream} == {"crash-stream"}
+        assert {holders[p] for p, _ in by_python} == {"python-1"}
+    finally:
+        if stream.poll() is None:
+            stream.kill()
+            stream.wait(timeout=30)
         world.close()
 
 
