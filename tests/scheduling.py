@@ -21,7 +21,8 @@ from xdist.scheduler import LoadScopeScheduling
 #: The Spark test files by part, about the same length each (2026-11-25: 3-5 minutes).
 SPARK_PARTS = {
     "spark-streams": ("test_range_stream.py", "test_example_pipeline.py",
-                      "test_kafka_output.py", "test_fetch.py", "test_source_auth.py"),
+                      "test_kafka_output.py", "test_fetch.py", "test_source_auth.py",
+                      "test_range_stream_secured.py"),
     "spark-source": ("test_source_integration.py", "test_transactional_input.py",
                      "test_source_key_shared.py"),
     "spark-cluster": ("test_cluster.py", "test_source_cluster.py", "test_audit_engines.py"),
