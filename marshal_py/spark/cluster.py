@@ -35,13 +35,21 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from marshal_py.devbroker.jvm import die_with_parent, free_port
-from marshal_py.spark.session import LOOPBACK, SparkError, find_java, spark_home
+from marshal_py.devbroker.jvm import free_port
+from marshal_py.spark.cluster_log import PortInUseError, SparkClusterError, startup_failure
+from marshal_py.spark.process_tree import (
+    await_gone,
+    daemon_environment,
+    group_members,
+    kill_tree,
+    launch_daemon,
+    tree,
+)
+from marshal_py.spark.session import LOOPBACK, find_java, spark_home
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +60,7 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
 _POLL_S = 0.2
 _PORT_ATTEMPTS = 3
-_MAX_QUOTE = 300
 _MEMORY_RE = re.compile(r"\d+[kKmMgGtT]?")
-_BIND_RE = re.compile(r"Service '(\w+)' failed after \d+ retries")
-_LOG_LINE_RE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (?P<level>[A-Z]+) (?P<message>.*)$")
 
 # Daemon settings (a properties file rather than spark-defaults.conf, which the user's
 # SPARK_CONF_DIR might also hold): no REST submission server (it would take port 6066), and
@@ -69,18 +74,6 @@ spark.port.maxRetries 0
 # Daemons do little work: with the C1 compiler alone and the serial GC they start in about
 # half the time on a busy 2-core machine (13 s instead of 20-28 s for a master and 2 workers).
 _DAEMON_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
-class SparkClusterError(SparkError):
-    """A standalone cluster could not be started or stopped."""
-
-
-class _PortInUseError(SparkClusterError):
-    """The master could not bind one of its ports."""
-
-    def __init__(self, message: str, service: str) -> None:
-        super().__init__(message)
-        self.service = service  # "sparkMaster", "MasterUI" or "" (unknown)
 
 
 class StandaloneCluster:
@@ -200,7 +193,7 @@ class StandaloneCluster:
         PySpark daemons that executors fork lead process groups of their own), zombies
         excluded; elsewhere the live daemons only.
         """
-        return set(_tree(self._groups()))
+        return set(tree(self._groups()))
 
     def is_running(self) -> bool:
         """True while the master and every worker launched by :meth:`start` are alive."""
@@ -340,7 +333,7 @@ class StandaloneCluster:
                     lambda state: state.get("status") == "ALIVE", deadline, timeout, "ALIVE"
                 )
                 return
-            except _PortInUseError as exc:
+            except PortInUseError as exc:
                 if attempt == _PORT_ATTEMPTS or not self._picked_ports.get(exc.service):
                     raise
                 log.info("%s; picking other ports", exc)
@@ -373,9 +366,9 @@ class StandaloneCluster:
             log.info("stopping the Spark cluster at %s", self.master_url)
         # Executors and the Python daemons they fork go when their worker goes (Spark's worker
         # watcher, stdin closing), but a SIGTERM to the whole group is quicker and surer.
-        tracked = _tree(groups)
+        tracked = tree(groups)
         for pgid in groups:
-            if _group_members(pgid):
+            if group_members(pgid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pgid, signal.SIGTERM)
         if not self._await_gone(tracked, time.monotonic() + timeout):
@@ -408,50 +401,13 @@ class StandaloneCluster:
     # -- internals --------------------------------------------------------------------------
 
     def _environment(self, home: Path) -> dict[str, str]:
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            # Set when this process runs under spark-submit or has a SparkContext: not the
-            # daemons' business.
-            if not key.startswith(("PYSPARK_GATEWAY_", "_PYSPARK_", "SPARK_"))
-        }
-        env.update(
-            SPARK_HOME=str(home),
-            SPARK_CONF_DIR=str(self.work_dir / "conf"),  # empty: no user spark-env.sh
-            SPARK_LOCAL_IP=LOOPBACK,
-            SPARK_LOCAL_HOSTNAME=LOOPBACK,
-            # Executors' shuffle and block files: inside the work directory, not in /tmp, so
-            # that they go with it even when an executor is killed.
-            SPARK_LOCAL_DIRS=str(self.work_dir / "local"),
-            SPARK_DAEMON_MEMORY=self.daemon_memory,
-            SPARK_DAEMON_JAVA_OPTS=_DAEMON_JAVA_OPTS,
-            PYSPARK_PYTHON=self.python,
-            PYSPARK_DRIVER_PYTHON=self.python,
-        )
-        return env
+        return daemon_environment(home, self.work_dir, self.daemon_memory, self.python,
+                                  _DAEMON_JAVA_OPTS)
 
     def _launch(
         self, command: list[str], log_path: Path, env: dict[str, str]
     ) -> subprocess.Popen[bytes]:
-        log.debug("running %s", " ".join(command))
-        try:
-            # The child keeps its own descriptor of the log; the parent's closes right away.
-            with open(log_path, "wb") as log_file:
-                proc = subprocess.Popen(
-                    command,
-                    cwd=self.work_dir,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # its own process group, which executors join
-                    preexec_fn=die_with_parent(os.getpid()),
-                )
-        except OSError as exc:
-            raise SparkClusterError(
-                f"cannot launch {command[0]} ({exc}); reinstall pyspark (pip install "
-                "marshal_py[spark])"
-            ) from exc
+        proc = launch_daemon(command, log_path, env, self.work_dir)
         if not self._atexit_registered:
             atexit.register(self.stop)
             self._atexit_registered = True
@@ -498,58 +454,19 @@ class StandaloneCluster:
                 )
 
     def _startup_failure(self, who: str, returncode: int, log_path: Path) -> SparkClusterError:
-        text = _read_tail(log_path)
-        bind = _BIND_RE.search(text)
-        if bind is not None or "Address already in use" in text:
-            service = bind.group(1) if bind is not None else ""
-            if service == "sparkMaster":
-                port, what = self.master_port, "master port"
-            elif service == "MasterUI":
-                port, what = self.webui_port, "master web UI port"
-            else:
-                port, what = None, f"a port of the {who}"
-            where = f" {LOOPBACK}:{port}" if port is not None else ""
-            hint = f" (see `ss -ltnp 'sport = :{port}'`)" if port is not None else ""
-            return _PortInUseError(
-                f"the Spark {who} cannot start: {what}{where} is already in use; stop whatever "
-                f"listens there{hint} or choose another port; log: {log_path}",
-                service,
-            )
-        return SparkClusterError(
-            f"the Spark {who} exited during startup (status {returncode}): "
-            f"{_describe_last_error(text)}; see its log {log_path}"
-        )
+        return startup_failure(who, returncode, log_path, master_port=self.master_port,
+                               webui_port=self.webui_port)
 
     def _groups(self) -> list[int]:
         """The process groups of the daemons (each daemon leads its own)."""
         return [p.pid for p in (*self._workers, self._master) if p is not None]
 
-    def _await_gone(self, tracked: dict[int, int], deadline: float) -> bool:
-        """Wait until no process of the cluster is left; False at the deadline.
+    def _daemons(self) -> list[subprocess.Popen[bytes]]:
+        return [p for p in (*self._workers, self._master) if p is not None]
 
-        Waits for the ``tracked`` processes (pid to start time, so a reused pid does not
-        count) and whatever is in the daemons' groups.
-        """
-        procs = [p for p in (*self._workers, self._master) if p is not None]
-        groups = self._groups()
-        while True:
-            for proc in procs:
-                proc.poll()  # reap our own children, or they would linger as zombies
-            table = _process_table()
-            if table:
-                left = {
-                    pid
-                    for pid, info in table.items()
-                    if info.pgid in groups or tracked.get(pid) == info.start
-                }
-            else:  # no /proc
-                left = {pgid for pgid in groups if _group_members(pgid)}
-            if not left:
-                return True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            time.sleep(min(0.05, remaining))
+    def _await_gone(self, tracked: dict[int, int], deadline: float) -> bool:
+        """Wait until no process of the cluster is left; False at the deadline."""
+        return await_gone(self._daemons(), self._groups(), tracked, deadline)
 
     def _kill_all(self, tracked: dict[int, int] | None = None) -> None:
         """SIGKILL every process of the cluster, wait until they are gone, forget them.
@@ -557,20 +474,7 @@ class StandaloneCluster:
         ``tracked`` (pid to start time) adds processes known earlier, which may have left the
         daemons' process tree since (a Python daemon whose executor died).
         """
-        groups = self._groups()
-        tracked = {**(tracked or {}), **_tree(groups)}
-        for pgid in groups:
-            if _group_members(pgid):  # an emptied group's id may be reused by then
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pgid, signal.SIGKILL)
-        table = _process_table()
-        for pid, start in tracked.items():
-            info = table.get(pid)
-            if info is not None and info.start == start:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-        if not self._await_gone(tracked, time.monotonic() + 30.0):
-            log.error("Spark cluster processes %s survived SIGKILL for 30 s", sorted(_tree(groups)))
+        kill_tree(self._daemons(), self._groups(), tracked or {})
         for proc in (*self._workers, self._master):
             if proc is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -580,72 +484,6 @@ class StandaloneCluster:
         if self._atexit_registered:
             atexit.unregister(self.stop)
             self._atexit_registered = False
-
-
-@dataclass(frozen=True)
-class _ProcInfo:
-    ppid: int
-    pgid: int
-    start: int  # clock ticks after boot: with the pid, identifies a process
-
-
-def _process_table() -> dict[int, _ProcInfo]:
-    """Every live (non-zombie) process on this machine (Linux: /proc), by pid."""
-    table: dict[int, _ProcInfo] = {}
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return table
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text(encoding="ascii", errors="replace")
-        except OSError:
-            continue  # exited meanwhile
-        # "pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
-        # utime stime cutime cstime priority nice threads itrealvalue starttime ..."; comm may
-        # hold spaces and parentheses.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) < 20 or fields[0] in ("Z", "X"):
-            continue
-        table[int(entry.name)] = _ProcInfo(int(fields[1]), int(fields[2]), int(fields[19]))
-    return table
-
-
-def _tree(groups: list[int]) -> dict[int, int]:
-    """Members of the process ``groups`` and all their descendants: pid to start time.
-
-    Without /proc (not Linux): the group leaders that are alive, with start time 0.
-    """
-    if not groups:
-        return {}
-    table = _process_table()
-    if not table:
-        return {pgid: 0 for pgid in groups if _group_members(pgid)}
-    found = {pid for pid, info in table.items() if info.pgid in groups}
-    children: dict[int, list[int]] = {}
-    for pid, info in table.items():
-        children.setdefault(info.ppid, []).append(pid)
-    stack = list(found)
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return {pid: table[pid].start for pid in found}
-
-
-def _group_members(pgid: int) -> list[int]:
-    """The live (non-zombie) processes of process group ``pgid``."""
-    if not Path("/proc").is_dir():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return []
-        except PermissionError:
-            pass
-        return [pgid]
-    return [pid for pid, info in _process_table().items() if info.pgid == pgid]
 
 
 def _get_json(url: str, timeout: float) -> dict[str, Any]:
@@ -661,27 +499,3 @@ def _alive_workers(state: dict[str, Any]) -> int:
     if not isinstance(workers, list):
         return 0
     return sum(1 for w in workers if isinstance(w, dict) and w.get("state") == "ALIVE")
-
-
-def _read_tail(path: Path, limit: int = 256 * 1024) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - limit))
-            return handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def _describe_last_error(text: str) -> str:
-    """Quote the last ERROR line of a daemon log, or its last line."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for index in range(len(lines) - 1, -1, -1):
-        match = _LOG_LINE_RE.match(lines[index])
-        if match is not None and match.group("level") in ("ERROR", "FATAL"):
-            quote = f"last ERROR: {match.group('message')[:_MAX_QUOTE]!r}"
-            following = lines[index + 1 : index + 2]
-            if following and not _LOG_LINE_RE.match(following[0]):
-                quote += f" ({following[0][:_MAX_QUOTE]!r})"
-            return quote
-    return f"last log line: {lines[-1][:_MAX_QUOTE]!r}" if lines else "the log is empty"
