@@ -840,6 +840,15 @@ class LocalAggregator:
                            summary, coordination)
 
     def _share_rows(self) -> Iterator[tuple[object, ...]]:
+        for key, first, last, stats, state in self.share_runs():
+            for offset in range(first, last + 1):
+                yield (key.group, key.topic, key.partition, offset, stats.acquisitions,
+                       stats.accepts, stats.releases, stats.rejects, stats.grants_in_epoch,
+                       state)
+
+    def share_runs(self) -> Iterator[tuple[PartitionKey, int, int, _ShareStats, str]]:
+        """Share history as runs of offsets with the same row but the offset: (key, first,
+        last, stats, final state); each offset of a run gives one ``share_history`` row."""
         for key in sorted(self._shares):
             states = self._share_states.get(key, [])
             spso = states[0].spso if states else 0
@@ -850,17 +859,67 @@ class LocalAggregator:
             for first, last, stats in self._shares[key].runs():
                 if stats.acquisitions == 0:
                     continue
-                for offset in range(first, last + 1):
+                offset = first
+                while offset <= last:
+                    # The longest stretch from offset on whose final state is the same.
                     state: str | None = None
-                    if spso <= offset < speo:
+                    end = last
+                    if offset >= speo:
+                        pass
+                    elif offset >= spso:
+                        end = min(end, speo - 1)
                         while w < len(windows) and windows[w][1] < offset:
                             w += 1
                         if w < len(windows) and windows[w][0] <= offset:
                             state = windows[w][2]
-                    yield (key.group, key.topic, key.partition, offset, stats.acquisitions,
-                           stats.accepts, stats.releases, stats.rejects, stats.grants_in_epoch,
-                           final_share_state(offset, stats.last_grant_position,
-                                             stats.last_accept_position, spso, speo, state))
+                            end = min(end, windows[w][1])
+                        elif w < len(windows):
+                            end = min(end, windows[w][0] - 1)
+                    else:
+                        end = min(end, spso - 1)
+                    yield key, offset, end, stats, final_share_state(
+                        offset, stats.last_grant_position, stats.last_accept_position, spso,
+                        speo, state)
+                    offset = end + 1
+
+    def topic_partials(self) -> list[tuple[str, str, int, list[int], list[list[str]], int, int]]:
+        """What this aggregator knows of each (group, topic) for the summary, in a form that
+        adds up across aggregators of disjoint records (:func:`merge_summaries`): (group,
+        topic, records, partitions, owners, takeovers, violations)."""
+        return [(g, t, s.records, sorted(s.partitions), sorted(map(list, s.owners)),
+                 s.takeovers, s.violations) for (g, t), s in sorted(self._topics.items())]
+
+    def coordination_partials(self) -> list[list[int]]:
+        """The ``coordination`` rows of the records seen here (they add up column-wise)."""
+        return [[cp, *counts] for cp, counts in sorted(self._coordination.items())]
+
+
+def merge_summaries(partials: Iterable[tuple[str, str, int, list[int], list[list[str]], int,
+                                             int]]) -> list[tuple[object, ...]]:
+    """The ``summary`` rows from the :meth:`LocalAggregator.topic_partials` of aggregators
+    that saw disjoint parts of the log."""
+    topics: dict[tuple[str, str], _TopicStats] = {}
+    for group, topic, records, partitions, owners, takeovers, violations in partials:
+        stats = topics.get((group, topic))
+        if stats is None:
+            stats = topics[(group, topic)] = _TopicStats()
+        stats.records += records
+        stats.partitions.update(partitions)
+        stats.owners.update((client, instance) for client, instance in owners)
+        stats.takeovers += takeovers
+        stats.violations += violations
+    return [(g, t, len(s.partitions), s.records, len(s.owners), s.takeovers, s.violations)
+            for (g, t), s in sorted(topics.items())]
+
+
+def merge_coordination(partials: Iterable[list[int]]) -> list[tuple[object, ...]]:
+    """The ``coordination`` rows from :meth:`LocalAggregator.coordination_partials`."""
+    counts: dict[int, list[int]] = {}
+    for cp, *values in partials:
+        total = counts.setdefault(cp, [0] * len(values))
+        for i, value in enumerate(values):
+            total[i] += value
+    return [(cp, *values) for cp, values in sorted(counts.items())]
 
 
 def audit_records(records: Iterable[object], rationalizer: Rationalizer,
