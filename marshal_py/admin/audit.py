@@ -46,13 +46,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from marshal_py.admin.audit_fields import MessageFields, message_fields
 from marshal_py.protocol.codec import DecodeError, decode
 from marshal_py.protocol.messages import (
-    AcknowledgingRecords,
-    ClaimingMessages,
-    Heartbeat,
     PartitionMessage,
-    ReleasingPartition,
     ResettingOffsets,
     ResettingSharePartition,
     ShareMessage,
@@ -359,7 +356,8 @@ class AuditObserver:
 
     def observe(self, outcome: Outcome) -> None:
         """Emit the rows of one outcome (called by the rationalizer after each record)."""
-        record, verdict, message = outcome.record, outcome.verdict, outcome.message
+        record, verdict = outcome.record, outcome.verdict
+        message = message_fields(outcome)
         if message is None:
             self.sink.record(RecordRow(record.partition, record.position, record.timestamp_ms,
                                        None, None, None, verdict.value, None, None, None, None,
@@ -370,7 +368,7 @@ class AuditObserver:
             return
         if outcome.expired:
             self._expire(group, topic, record.timestamp_ms)
-        partition = message.partition if isinstance(message, PartitionMessage) else None
+        partition = message.partition
         if (partition is None or verdict is Verdict.MISPLACED
                 or verdict is Verdict.UNKNOWN_TYPE):
             self.sink.record(RecordRow(
@@ -379,10 +377,10 @@ class AuditObserver:
                 None, None, None, None, None))
             return
         key = PartitionKey(group, topic, partition)
-        if isinstance(message, ShareMessage):
-            self._share(outcome, key)
+        if issubclass(message.type, ShareMessage):
+            self._share(outcome, message, key)
             return
-        self._exclusive(outcome, key)
+        self._exclusive(outcome, message, key)
 
     def _expire(self, group: str, topic: str, ts: int) -> None:
         """The pair's state expired: its stints end, its share-partitions start a new life."""
@@ -394,9 +392,8 @@ class AuditObserver:
             self._share_keys.discard(key)
             self._epochs[key] = self._epochs.get(key, 0) + 1
 
-    def _exclusive(self, outcome: Outcome, key: PartitionKey) -> None:
-        record, verdict, message = outcome.record, outcome.verdict, outcome.message
-        assert isinstance(message, PartitionMessage)
+    def _exclusive(self, outcome: Outcome, message: MessageFields, key: PartitionKey) -> None:
+        record, verdict = outcome.record, outcome.verdict
         ts = record.timestamp_ms
         claim = self.rationalizer.claim(key.group, key.topic, key.partition)
         hi = claim.heartbeat_interval_ms  # the owner's after this record
@@ -404,11 +401,7 @@ class AuditObserver:
         amo_after = claim.amo_claimed_offset
         self._amo[key] = amo_after
         stint = self._stints.get(key)
-        offset: int | None = None
-        if isinstance(message, Heartbeat | ReleasingPartition):
-            offset = message.offset
-        elif isinstance(message, ClaimingMessages):
-            offset = message.proposed_last_offset
+        offset = message.number
         gap: int | None = None
         floor: int | None = None
         ended: str | None = None
@@ -454,15 +447,14 @@ class AuditObserver:
             stint.last_committed, stint.hi_ms, stint.amo_floor, stint.first_confirmed,
             stint.last_confirmed, stint.batches, stint.coordination_partition, stint.position))
 
-    def _share(self, outcome: Outcome, key: PartitionKey) -> None:
-        record, verdict, message = outcome.record, outcome.verdict, outcome.message
-        assert isinstance(message, ShareMessage)
+    def _share(self, outcome: Outcome, message: MessageFields, key: PartitionKey) -> None:
+        record, verdict = outcome.record, outcome.verdict
         if verdict is Verdict.SHARE_INITIALIZED:
             self._share_keys.add(key)
         elif verdict is Verdict.SHARE_RESET:
             self._epochs[key] = self._epochs.get(key, 0) + 1
         elif verdict in _SHARE_ACTIONS:
-            action = (message.kind if isinstance(message, AcknowledgingRecords) else "grant")
+            action = message.kind if message.kind is not None else "grant"
             epoch = self._epochs.get(key, 0)
             for first, last in _applied_ranges(outcome.detail):
                 self.sink.share_range(ShareRangeRow(

@@ -41,6 +41,7 @@ from marshal_py.spark.audit_buckets import (
     audit_bucket,
     merge_partials,
 )
+from marshal_py.spark.audit_read import connector_cached, read_log
 from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS
 
 if TYPE_CHECKING:
@@ -235,6 +236,12 @@ def _session(master: str) -> SparkSession:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         return SparkSession.builder.master(master).appName("marshal-audit").getOrCreate()
     conf: dict[str, str] = {}
+    if connector_cached():
+        # Spark's Kafka source reads the log in the JVM (audit_read): already downloaded,
+        # so starting the session needs no network.
+        from marshal_py.spark.connector import kafka_connector_conf
+
+        conf.update(kafka_connector_conf())
     if master.startswith("local"):
         # Local mode runs the executors in the driver's JVM: give the log room (it spills).
         conf["spark.driver.memory"] = DRIVER_MEMORY
@@ -267,7 +274,6 @@ def run_spark_audit(
     stops it at the end.
     """
     from marshal_py.admin.audit_local import open_log
-    from marshal_py.spark.log_source import MarshalLogDataSource
 
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     out = prepare_output(output)
@@ -279,6 +285,10 @@ def run_spark_audit(
     with open_log(bootstrap_servers, coordination_topic, timeout_s, typed,
                   index_topic) as klog:
         partition_count = klog.partition_count()  # the layout: read no partition past it
+        chosen = ([coordination_partition(topic, partition_count)] if topic is not None
+                  else range(partition_count))
+        # What every stage reads, even if members append meanwhile.
+        ranges = {p: (klog.start_position(p), klog.end_position(p)) for p in chosen}
     own_session = False
     if spark is None:
         from pyspark.sql import SparkSession
@@ -287,19 +297,10 @@ def run_spark_audit(
         if spark is None:
             spark, own_session = _session(master), True
     try:
-        spark.dataSource.register(MarshalLogDataSource)
-        reader = (spark.read.format("marshal_log")
-                  .option("bootstrap.servers", bootstrap_servers)
-                  .option("topic", coordination_topic)
-                  .option("timeout.ms", str(int(timeout_s * 1000) * 2)))
-        chosen = ([coordination_partition(topic, partition_count)] if topic is not None
-                  else range(partition_count))
-        reader = reader.option("partitions", ",".join(map(str, chosen)))
-        if split_records is not None:
-            reader = reader.option("split.records", str(split_records))
-        for name, value in (kafka_options or {}).items():
-            reader = reader.option(f"kafka.{name}", value)
-        raw = reader.load()
+        raw, reader = read_log(spark, bootstrap_servers, coordination_topic, ranges,
+                               timeout_s=timeout_s, split_records=split_records,
+                               kafka_options=kafka_options)
+        _step(progress, f"reading the log with the {reader} source", started)
         buckets, routed = _bucketed(raw)
         audited = (buckets.groupBy("b_group", "b_topic", "b_partition",
                                    "coordination_partition")
@@ -333,4 +334,5 @@ def run_spark_audit(
             spark.stop()
     seconds = time.monotonic() - started
     log.info("spark audit: %d records in %.1f s", records, seconds)
-    return AuditResult("spark", records, seconds, summary, coordination, violations, out)
+    return AuditResult("spark", records, seconds, summary, coordination, violations, out,
+                       {"reader": reader})
