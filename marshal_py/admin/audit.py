@@ -6,15 +6,16 @@ and the rationalizer's state right after the record applied, and turns them into
 :class:`ShareStateRow`) that it hands to a sink. Both audit engines use this same observer:
 the local engine runs one rationalizer over the whole log and aggregates the rows here
 (:class:`LocalAggregator`); the Spark engine runs a fresh rationalizer per routing bucket
-(:func:`route`) and aggregates the same rows with DataFrame operations. Both produce the
-tables of :data:`TABLES`, with the columns and types given there.
+(:func:`route`) and aggregates each bucket's rows the same way, in its Python worker. Both
+produce the tables of :data:`TABLES`, with the columns and types given there.
 
 **Why the Spark engine may split the log.** A verdict depends only on the records of its own
 (group, topic, partition) before it, with one exception: ``ResettingSharePartition`` asks
 whether the (group, topic) has live members, and every claim, heartbeat, share message and
 ``MemberHeartbeat`` of any partition of that (group, topic) is a sign of life. So a bucket is
 one (group, topic, partition), except that member heartbeats of a (group, topic) form their own
-bucket and a (group, topic) whose log holds a reset is one bucket as a whole. Positions must
+bucket and a (group, topic) whose log holds a reset is one bucket as a whole (so is one
+with a signed record: the replay guard keeps one sequence per sender and pair). Positions must
 grow strictly within a coordination partition (true for a Kafka topic) so that no record is a
 duplicate in one replay and not in another. ``tests/property/test_audit_decomposition.py``
 checks this for random traffic.
@@ -47,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from marshal_py.admin.audit_fields import MessageFields, message_fields
-from marshal_py.protocol.codec import DecodeError, decode
+from marshal_py.protocol.codec import DecodeError, decode_signed
 from marshal_py.protocol.messages import (
     PartitionMessage,
     ResettingOffsets,
@@ -244,6 +245,12 @@ WIDE_COLUMNS: ColumnSpec = (("kind", "str"), *(
 
 GARBAGE, MISPLACED, MEMBER = "garbage", "misplaced", "member"
 PARTITION, RESET = "partition", "reset"
+#: A signed record (PROTOCOL.md, authenticated groups): the replay guard keeps one sequence
+#: per sender and pair, so a (group, topic) with a signed record is audited as a whole, as for
+#: a reset.
+SIGNED = "signed"
+#: Route kinds that make their (group, topic) one bucket.
+WHOLE_TOPIC_KINDS = frozenset({RESET, SIGNED})
 #: Bucket partition of a (group, topic)'s member heartbeats, or of the whole (group, topic).
 WHOLE_TOPIC = -1
 
@@ -274,12 +281,14 @@ def route(value: bytes | None, coordination_partition: int, partition_count: int
     if value is None:
         return Route(GARBAGE, None, None, None)
     try:
-        message = decode(value)
+        message, signature = decode_signed(value)
     except DecodeError:
         return Route(GARBAGE, None, None, None)
     partition = message.partition if isinstance(message, PartitionMessage) else None
     if home_partition(message.topic, partition_count) != coordination_partition:
         return Route(MISPLACED, message.group_id, message.topic, partition)
+    if signature is not None:
+        return Route(SIGNED, message.group_id, message.topic, partition)
     if partition is None:
         return Route(MEMBER, message.group_id, message.topic, None)
     if isinstance(message, ResettingSharePartition | ResettingOffsets):

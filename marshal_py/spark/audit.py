@@ -4,15 +4,20 @@
    coordination partition (or offset range of one).
 2. Each record is decoded once to route it (:func:`marshal_py.admin.audit.route`): its bucket
    is its (group, topic, partition); member heartbeats of a (group, topic) are one bucket;
-   every record of a (group, topic) whose log holds a ``ResettingSharePartition`` is one bucket
-   (a reset's verdict depends on the liveness of the whole (group, topic)); undecodable
+   every record of a (group, topic) whose log holds a ``ResettingSharePartition`` or a signed
+   record is one bucket (a reset's verdict depends on the liveness of the whole (group,
+   topic); the replay guard keeps one sequence per sender and pair); undecodable
    records are one bucket per coordination partition.
 3. ``groupBy(bucket).applyInArrow``: per bucket, its records sorted by (coordination
-   partition, offset) go through a fresh :class:`Rationalizer` observed by the same
-   :class:`~marshal_py.admin.audit.AuditObserver` as the local engine's, giving observation
-   rows (one wide schema, :data:`~marshal_py.admin.audit.WIDE_COLUMNS`).
-4. The tables — partition counters, stints, AMO ranges, per-offset share history, summaries
-   and every invariant check — are DataFrame operations over those rows, then Parquet.
+   partition, offset) go through a fresh rationalizer observed and aggregated as in the local
+   engine, in the Python worker (:mod:`marshal_py.spark.audit_buckets`): the worker returns
+   the bucket's table rows, share history as runs of offsets, summary and coordination
+   counts as partials.
+4. The tables are written as Parquet (share history expanded to one row per offset in the
+   JVM); summary and coordination are merged on the driver.
+
+The log is read by Spark's Kafka source when the session has the connector, else by
+``marshal_log`` (:mod:`marshal_py.spark.audit_read`).
 
 Why a bucket's own rationalizer gives each record the verdict one rationalizer over the whole
 log gives it: see :mod:`marshal_py.admin.audit` and ``tests/property/test_audit_decomposition.py``.
@@ -29,9 +34,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from marshal_py.admin.audit import GARBAGE, RESET, TABLES, WHOLE_TOPIC, ColumnSpec
+from marshal_py.admin.audit import (
+    GARBAGE,
+    RESET,
+    SIGNED,
+    TABLES,
+    WHOLE_TOPIC,
+    WHOLE_TOPIC_KINDS,
+    ColumnSpec,
+)
 from marshal_py.admin.audit_local import AuditResult, Progress, prepare_output
-from marshal_py.protocol.auth import GroupKey
+from marshal_py.protocol.auth import SIGNED_TYPE, UNSEQUENCED_VERSION, GroupKey
 from marshal_py.protocol.messages import ResettingOffsets, ResettingSharePartition
 from marshal_py.protocol.placement import coordination_partition
 from marshal_py.spark.audit_buckets import (
@@ -76,8 +89,9 @@ def routing_columns(value: Any) -> tuple[Any, Any, Any, Any]:
     The SQL counterpart of :func:`marshal_py.admin.audit.route`, without decoding in Python:
     split on ``/``, take fields 5-7 (group, topic, partition: the same place in every message
     type), unescape them at version 2 and later. For every record that decodes, it gives the
-    decoded group, topic and partition (None for types without one) and says ``reset`` for a
-    ``ResettingSharePartition``; what it says of records that do not decode does not matter
+    decoded group, topic and partition (None for types without one), says ``reset`` for a
+    ``ResettingSharePartition`` and ``signed`` for a signed record (its own message's fields);
+    what it says of records that do not decode does not matter
     (their verdict depends on nothing else). Misplaced records need no kind of their own:
     buckets are per coordination partition, so they never meet their topic's records.
     ``tests/spark/test_audit_engines.py`` checks it against ``route``.
@@ -90,7 +104,12 @@ def routing_columns(value: Any) -> tuple[Any, Any, Any, Any]:
     types = list(registered_types())
     with_partition = [t.TYPE for t in types if issubclass(t, PartitionMessage)]
     without = [t.TYPE for t in types if not issubclass(t, PartitionMessage)]
-    parts = F.split(value.cast("string"), "/", -1)
+    outer = F.split(value.cast("string"), "/", -1)
+    # A signed record: Signed/3/key/sequence/mac/<the message's own fields> (version 2:
+    # no sequence).
+    signed = outer.getItem(0) == SIGNED_TYPE
+    inner = F.when(outer.getItem(1) == str(UNSEQUENCED_VERSION), F.lit(5)).otherwise(F.lit(6))
+    parts = F.when(signed, F.slice(outer, inner, F.lit(1 << 30))).otherwise(outer)
     kind_name, version = parts.getItem(0), parts.getItem(1)
 
     def field(index: int) -> Any:
@@ -102,6 +121,7 @@ def routing_columns(value: Any) -> tuple[Any, Any, Any, Any]:
              | (kind_name.isin(without) & (F.size(parts) >= 7)))
     garbage = value.isNull() | ~known
     kind = (F.when(garbage, F.lit(GARBAGE))
+            .when(signed, F.lit(SIGNED))
             .when(kind_name.isin(without), F.lit("member"))
             .when(kind_name.isin(ResettingSharePartition.TYPE, ResettingOffsets.TYPE),
                   F.lit(RESET))
@@ -127,7 +147,7 @@ def _bucketed(raw: DataFrame) -> tuple[DataFrame, DataFrame]:
     # needs_whole_topic: a reset in the (group, topic), or records spanning more than the
     # offset retention (offsets may expire, which every partition's records decide).
     pairs = routed.filter(F.col("r_kind") != GARBAGE).groupBy("r_group", "r_topic").agg(
-        F.max((F.col("r_kind") == RESET).cast("int")).alias("has_reset"),
+        F.max(F.col("r_kind").isin(*WHOLE_TOPIC_KINDS).cast("int")).alias("has_reset"),
         F.min("timestamp_ms").alias("first_ms"), F.max("timestamp_ms").alias("last_ms"))
     resets = (pairs.filter((F.col("has_reset") == 1)
                            | (F.col("last_ms") - F.col("first_ms") > DEFAULT_OFFSETS_RETENTION_MS))
