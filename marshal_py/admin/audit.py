@@ -6,15 +6,16 @@ and the rationalizer's state right after the record applied, and turns them into
 :class:`ShareStateRow`) that it hands to a sink. Both audit engines use this same observer:
 the local engine runs one rationalizer over the whole log and aggregates the rows here
 (:class:`LocalAggregator`); the Spark engine runs a fresh rationalizer per routing bucket
-(:func:`route`) and aggregates the same rows with DataFrame operations. Both produce the
-tables of :data:`TABLES`, with the columns and types given there.
+(:func:`route`) and aggregates each bucket's rows the same way, in its Python worker. Both
+produce the tables of :data:`TABLES`, with the columns and types given there.
 
 **Why the Spark engine may split the log.** A verdict depends only on the records of its own
 (group, topic, partition) before it, with one exception: ``ResettingSharePartition`` asks
 whether the (group, topic) has live members, and every claim, heartbeat, share message and
 ``MemberHeartbeat`` of any partition of that (group, topic) is a sign of life. So a bucket is
 one (group, topic, partition), except that member heartbeats of a (group, topic) form their own
-bucket and a (group, topic) whose log holds a reset is one bucket as a whole. Positions must
+bucket and a (group, topic) whose log holds a reset is one bucket as a whole (so is one
+with a signed record: the replay guard keeps one sequence per sender and pair). Positions must
 grow strictly within a coordination partition (true for a Kafka topic) so that no record is a
 duplicate in one replay and not in another. ``tests/property/test_audit_decomposition.py``
 checks this for random traffic.
@@ -46,13 +47,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from marshal_py.protocol.codec import DecodeError, decode
+from marshal_py.admin.audit_fields import MessageFields, message_fields
+from marshal_py.protocol.codec import DecodeError, decode_signed
 from marshal_py.protocol.messages import (
-    AcknowledgingRecords,
-    ClaimingMessages,
-    Heartbeat,
     PartitionMessage,
-    ReleasingPartition,
     ResettingOffsets,
     ResettingSharePartition,
     ShareMessage,
@@ -247,6 +245,12 @@ WIDE_COLUMNS: ColumnSpec = (("kind", "str"), *(
 
 GARBAGE, MISPLACED, MEMBER = "garbage", "misplaced", "member"
 PARTITION, RESET = "partition", "reset"
+#: A signed record (PROTOCOL.md, authenticated groups): the replay guard keeps one sequence
+#: per sender and pair, so a (group, topic) with a signed record is audited as a whole, as for
+#: a reset.
+SIGNED = "signed"
+#: Route kinds that make their (group, topic) one bucket.
+WHOLE_TOPIC_KINDS = frozenset({RESET, SIGNED})
 #: Bucket partition of a (group, topic)'s member heartbeats, or of the whole (group, topic).
 WHOLE_TOPIC = -1
 
@@ -277,12 +281,14 @@ def route(value: bytes | None, coordination_partition: int, partition_count: int
     if value is None:
         return Route(GARBAGE, None, None, None)
     try:
-        message = decode(value)
+        message, signature = decode_signed(value)
     except DecodeError:
         return Route(GARBAGE, None, None, None)
     partition = message.partition if isinstance(message, PartitionMessage) else None
     if home_partition(message.topic, partition_count) != coordination_partition:
         return Route(MISPLACED, message.group_id, message.topic, partition)
+    if signature is not None:
+        return Route(SIGNED, message.group_id, message.topic, partition)
     if partition is None:
         return Route(MEMBER, message.group_id, message.topic, None)
     if isinstance(message, ResettingSharePartition | ResettingOffsets):
@@ -359,7 +365,8 @@ class AuditObserver:
 
     def observe(self, outcome: Outcome) -> None:
         """Emit the rows of one outcome (called by the rationalizer after each record)."""
-        record, verdict, message = outcome.record, outcome.verdict, outcome.message
+        record, verdict = outcome.record, outcome.verdict
+        message = message_fields(outcome)
         if message is None:
             self.sink.record(RecordRow(record.partition, record.position, record.timestamp_ms,
                                        None, None, None, verdict.value, None, None, None, None,
@@ -370,7 +377,7 @@ class AuditObserver:
             return
         if outcome.expired:
             self._expire(group, topic, record.timestamp_ms)
-        partition = message.partition if isinstance(message, PartitionMessage) else None
+        partition = message.partition
         if (partition is None or verdict is Verdict.MISPLACED
                 or verdict is Verdict.UNKNOWN_TYPE):
             self.sink.record(RecordRow(
@@ -379,10 +386,10 @@ class AuditObserver:
                 None, None, None, None, None))
             return
         key = PartitionKey(group, topic, partition)
-        if isinstance(message, ShareMessage):
-            self._share(outcome, key)
+        if issubclass(message.type, ShareMessage):
+            self._share(outcome, message, key)
             return
-        self._exclusive(outcome, key)
+        self._exclusive(outcome, message, key)
 
     def _expire(self, group: str, topic: str, ts: int) -> None:
         """The pair's state expired: its stints end, its share-partitions start a new life."""
@@ -394,9 +401,8 @@ class AuditObserver:
             self._share_keys.discard(key)
             self._epochs[key] = self._epochs.get(key, 0) + 1
 
-    def _exclusive(self, outcome: Outcome, key: PartitionKey) -> None:
-        record, verdict, message = outcome.record, outcome.verdict, outcome.message
-        assert isinstance(message, PartitionMessage)
+    def _exclusive(self, outcome: Outcome, message: MessageFields, key: PartitionKey) -> None:
+        record, verdict = outcome.record, outcome.verdict
         ts = record.timestamp_ms
         claim = self.rationalizer.claim(key.group, key.topic, key.partition)
         hi = claim.heartbeat_interval_ms  # the owner's after this record
@@ -404,11 +410,7 @@ class AuditObserver:
         amo_after = claim.amo_claimed_offset
         self._amo[key] = amo_after
         stint = self._stints.get(key)
-        offset: int | None = None
-        if isinstance(message, Heartbeat | ReleasingPartition):
-            offset = message.offset
-        elif isinstance(message, ClaimingMessages):
-            offset = message.proposed_last_offset
+        offset = message.number
         gap: int | None = None
         floor: int | None = None
         ended: str | None = None
@@ -454,15 +456,14 @@ class AuditObserver:
             stint.last_committed, stint.hi_ms, stint.amo_floor, stint.first_confirmed,
             stint.last_confirmed, stint.batches, stint.coordination_partition, stint.position))
 
-    def _share(self, outcome: Outcome, key: PartitionKey) -> None:
-        record, verdict, message = outcome.record, outcome.verdict, outcome.message
-        assert isinstance(message, ShareMessage)
+    def _share(self, outcome: Outcome, message: MessageFields, key: PartitionKey) -> None:
+        record, verdict = outcome.record, outcome.verdict
         if verdict is Verdict.SHARE_INITIALIZED:
             self._share_keys.add(key)
         elif verdict is Verdict.SHARE_RESET:
             self._epochs[key] = self._epochs.get(key, 0) + 1
         elif verdict in _SHARE_ACTIONS:
-            action = (message.kind if isinstance(message, AcknowledgingRecords) else "grant")
+            action = message.kind if message.kind is not None else "grant"
             epoch = self._epochs.get(key, 0)
             for first, last in _applied_ranges(outcome.detail):
                 self.sink.share_range(ShareRangeRow(
@@ -840,6 +841,15 @@ class LocalAggregator:
                            summary, coordination)
 
     def _share_rows(self) -> Iterator[tuple[object, ...]]:
+        for key, first, last, stats, state in self.share_runs():
+            for offset in range(first, last + 1):
+                yield (key.group, key.topic, key.partition, offset, stats.acquisitions,
+                       stats.accepts, stats.releases, stats.rejects, stats.grants_in_epoch,
+                       state)
+
+    def share_runs(self) -> Iterator[tuple[PartitionKey, int, int, _ShareStats, str]]:
+        """Share history as runs of offsets with the same row but the offset: (key, first,
+        last, stats, final state); each offset of a run gives one ``share_history`` row."""
         for key in sorted(self._shares):
             states = self._share_states.get(key, [])
             spso = states[0].spso if states else 0
@@ -850,17 +860,67 @@ class LocalAggregator:
             for first, last, stats in self._shares[key].runs():
                 if stats.acquisitions == 0:
                     continue
-                for offset in range(first, last + 1):
+                offset = first
+                while offset <= last:
+                    # The longest stretch from offset on whose final state is the same.
                     state: str | None = None
-                    if spso <= offset < speo:
+                    end = last
+                    if offset >= speo:
+                        pass
+                    elif offset >= spso:
+                        end = min(end, speo - 1)
                         while w < len(windows) and windows[w][1] < offset:
                             w += 1
                         if w < len(windows) and windows[w][0] <= offset:
                             state = windows[w][2]
-                    yield (key.group, key.topic, key.partition, offset, stats.acquisitions,
-                           stats.accepts, stats.releases, stats.rejects, stats.grants_in_epoch,
-                           final_share_state(offset, stats.last_grant_position,
-                                             stats.last_accept_position, spso, speo, state))
+                            end = min(end, windows[w][1])
+                        elif w < len(windows):
+                            end = min(end, windows[w][0] - 1)
+                    else:
+                        end = min(end, spso - 1)
+                    yield key, offset, end, stats, final_share_state(
+                        offset, stats.last_grant_position, stats.last_accept_position, spso,
+                        speo, state)
+                    offset = end + 1
+
+    def topic_partials(self) -> list[tuple[str, str, int, list[int], list[list[str]], int, int]]:
+        """What this aggregator knows of each (group, topic) for the summary, in a form that
+        adds up across aggregators of disjoint records (:func:`merge_summaries`): (group,
+        topic, records, partitions, owners, takeovers, violations)."""
+        return [(g, t, s.records, sorted(s.partitions), sorted(map(list, s.owners)),
+                 s.takeovers, s.violations) for (g, t), s in sorted(self._topics.items())]
+
+    def coordination_partials(self) -> list[list[int]]:
+        """The ``coordination`` rows of the records seen here (they add up column-wise)."""
+        return [[cp, *counts] for cp, counts in sorted(self._coordination.items())]
+
+
+def merge_summaries(partials: Iterable[tuple[str, str, int, list[int], list[list[str]], int,
+                                             int]]) -> list[tuple[object, ...]]:
+    """The ``summary`` rows from the :meth:`LocalAggregator.topic_partials` of aggregators
+    that saw disjoint parts of the log."""
+    topics: dict[tuple[str, str], _TopicStats] = {}
+    for group, topic, records, partitions, owners, takeovers, violations in partials:
+        stats = topics.get((group, topic))
+        if stats is None:
+            stats = topics[(group, topic)] = _TopicStats()
+        stats.records += records
+        stats.partitions.update(partitions)
+        stats.owners.update((client, instance) for client, instance in owners)
+        stats.takeovers += takeovers
+        stats.violations += violations
+    return [(g, t, len(s.partitions), s.records, len(s.owners), s.takeovers, s.violations)
+            for (g, t), s in sorted(topics.items())]
+
+
+def merge_coordination(partials: Iterable[list[int]]) -> list[tuple[object, ...]]:
+    """The ``coordination`` rows from :meth:`LocalAggregator.coordination_partials`."""
+    counts: dict[int, list[int]] = {}
+    for cp, *values in partials:
+        total = counts.setdefault(cp, [0] * len(values))
+        for i, value in enumerate(values):
+            total[i] += value
+    return [(cp, *values) for cp, values in sorted(counts.items())]
 
 
 def audit_records(records: Iterable[object], rationalizer: Rationalizer,

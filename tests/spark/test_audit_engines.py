@@ -226,6 +226,44 @@ def test_the_spark_engine_from_the_command_line(kafka_bootstrap: str, handmade_t
     assert not spark.sparkContext._jsc.sc().isStopped()  # type: ignore[union-attr]
 
 
+#: Runs the Spark engine on a session with Spark's Kafka connector (so it reads the log in
+#: the JVM) and prints its result as JSON: argv bootstrap, topic, output directory.
+_JVM_READER_SCRIPT = """
+import json, sys
+from marshal_py.spark.audit import run_spark_audit
+from marshal_py.spark.connector import kafka_connector_conf
+from marshal_py.spark.session import local_session
+spark = local_session("audit-jvm-reader", "local[2]", **kafka_connector_conf(),
+                      **{"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"})
+try:
+    result = run_spark_audit(sys.argv[1], sys.argv[2], heartbeat_interval_ms=HI_VALUE,
+                             output=sys.argv[3], spark=spark)
+finally:
+    spark.stop()
+print(json.dumps({**result.as_json(), **result.extra}))
+""".replace("HI_VALUE", str(HI))
+
+
+def test_the_jvm_reader_gives_the_tables_of_the_local_engine(
+        kafka_bootstrap: str, handmade_topic: str, tmp_path: Path) -> None:
+    """With the Kafka connector on the session, the Spark engine reads the log with Spark's
+    kafka source (garbage, a tombstone, escaped ids, misplaced records): same tables."""
+    import subprocess
+
+    local = run_local_audit(kafka_bootstrap, handmade_topic, heartbeat_interval_ms=HI,
+                            output=tmp_path / "local")
+    done = subprocess.run(
+        [sys.executable, "-c", _JVM_READER_SCRIPT, kafka_bootstrap, handmade_topic,
+         str(tmp_path / "spark")], cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    on_spark = json.loads(done.stdout.strip().splitlines()[-1])
+    assert on_spark["reader"] == "kafka"
+    assert_same_tables(tmp_path / "local", tmp_path / "spark")
+    assert on_spark["records"] == local.records == HANDMADE_RECORDS
+    assert on_spark["violations"] == local.violations
+
+
 #: Records of the large agreement test: the issue's 1M case (about 4 to 5 min of a 2-core
 #: machine's time, in the background). MARSHAL_AUDIT_RECORDS overrides it.
 LARGE_AUDIT_RECORDS = int(os.environ.get("MARSHAL_AUDIT_RECORDS", "1000000"))

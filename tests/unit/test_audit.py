@@ -39,6 +39,7 @@ from marshal_py.protocol import (
     coordination_partition,
     encode,
 )
+from marshal_py.protocol.auth import GroupKey, sign
 from marshal_py.world import CoordinationRecord, Rationalizer, RationalizerConfig
 
 HI = 10_000
@@ -336,6 +337,8 @@ def test_routes() -> None:
     assert route(member, HOME, CP) == Route("member", G, TOPIC, None)
     reset = encode(ResettingSharePartition(0, "a", "w", G, TOPIC, 2, 0))
     assert route(reset, HOME, CP) == Route("reset", G, TOPIC, 2)
+    signed = sign(encode(claim("a", "w", 3)), GroupKey("k1", b"s" * 32), 1)
+    assert route(signed, HOME, CP) == Route("signed", G, TOPIC, 3)  # its pair goes whole
     assert bucket_partition(Route("partition", G, TOPIC, 3), False) == 3
     assert bucket_partition(Route("partition", G, TOPIC, 3), True) == WHOLE_TOPIC
     assert bucket_partition(Route("member", G, TOPIC, None), False) == WHOLE_TOPIC
