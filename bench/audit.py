@@ -5,7 +5,7 @@ Usage: python -m bench.audit [--records N[,N...]] [--engines local,spark] [--mas
 
 Starts its own dev broker (Kafka 4.3.1, KRaft, 127.0.0.1) unless ``--bootstrap-servers`` is
 given. For each N (default 1,000,000 and 10,000,000): generates N records of realistic
-coordination traffic (``marshal_py.admin.audit_generate``, seed 1: 12 groups on 6 topics,
+coordination traffic (``marshal_py.audit.generate``, seed 1: 12 groups on 6 topics,
 member heartbeats, claims and races, heartbeats, AMO confirmations, releases, takeovers,
 restarts, share groups, 0.2 % garbage), produces them to a fresh 4-partition CreateTime topic
 with their own timestamps, then times ``marshal audit`` of the whole log with each engine
@@ -35,8 +35,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from marshal_py.admin.audit_generate import create_topic, generate_in_background, produce
-from marshal_py.admin.audit_local import AuditResult, run_local_audit
+from marshal_py.audit.generate import create_topic, generate_in_background, produce
+from marshal_py.audit.local import AuditResult, run_local_audit
 from marshal_py.devbroker import KAFKA_VERSION, DevBroker
 
 HI_MS = 10_000

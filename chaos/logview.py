@@ -4,7 +4,7 @@ The log is replayed with one :class:`~marshal_py.world.Rationalizer` -- the same
 every member runs -- and observed:
 
 * exclusive modes (``alo``, ``amo``, ``eos``): the ownership stints of every partition, from
-  the audit (:func:`marshal_py.admin.audit.audit_records`), its invariant violations, and
+  the audit (:func:`marshal_py.audit.observer.audit_records`), its invariant violations, and
   each partition's final position (where a next owner would start);
 * ``key-shared``: the ownership stints of every key slot of every partition
   (:class:`SlotStints`, from the applied ``ClaimingKeyRanges`` and ``ReleasingKeyRanges``);
@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from marshal_py.admin.audit import OWNERSHIP, audit_records, topic_filter
+from marshal_py.audit.observer import OWNERSHIP, audit_records, topic_filter
 from marshal_py.protocol import AcknowledgingRecords, GroupKey, KeySharedMessage, parse_ranges
 from marshal_py.protocol.messages import ShareMessage
 from marshal_py.world import CoordinationRecord, Rationalizer, RationalizerConfig, Verdict

@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from marshal_py.admin.audit import COORDINATION, SUMMARY, aligned
-from marshal_py.admin.audit_local import AuditResult, prepare_output, run_local_audit
+from marshal_py.audit.local import AuditResult, prepare_output, run_local_audit
+from marshal_py.audit.observer import COORDINATION, SUMMARY, aligned
 from marshal_py.cli.common import (
     auth_keys_option,
     current_group_keys,

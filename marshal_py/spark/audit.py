@@ -2,7 +2,7 @@
 
 1. ``marshal_log`` (:mod:`marshal_py.spark.log_source`) reads the raw records, one task per
    coordination partition (or offset range of one).
-2. Each record is decoded once to route it (:func:`marshal_py.admin.audit.route`): its bucket
+2. Each record is decoded once to route it (:func:`marshal_py.audit.observer.route`): its bucket
    is its (group, topic, partition); member heartbeats of a (group, topic) are one bucket;
    every record of a (group, topic) whose log holds a ``ResettingSharePartition`` or a signed
    record is one bucket (a reset's verdict depends on the liveness of the whole (group,
@@ -20,7 +20,8 @@ The log is read by Spark's Kafka source when the session has the connector, else
 ``marshal_log`` (:mod:`marshal_py.spark.audit_read`).
 
 Why a bucket's own rationalizer gives each record the verdict one rationalizer over the whole
-log gives it: see :mod:`marshal_py.admin.audit` and ``tests/property/test_audit_decomposition.py``.
+log gives it: see :mod:`marshal_py.audit.observer` and
+``tests/property/test_audit_decomposition.py``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from marshal_py.admin.audit import (
+from marshal_py.audit.local import AuditResult, Progress, prepare_output
+from marshal_py.audit.observer import (
     GARBAGE,
     RESET,
     SIGNED,
@@ -43,7 +45,6 @@ from marshal_py.admin.audit import (
     WHOLE_TOPIC_KINDS,
     ColumnSpec,
 )
-from marshal_py.admin.audit_local import AuditResult, Progress, prepare_output
 from marshal_py.protocol.auth import SIGNED_TYPE, UNSEQUENCED_VERSION, GroupKey
 from marshal_py.protocol.messages import ResettingOffsets, ResettingSharePartition
 from marshal_py.protocol.placement import coordination_partition
@@ -86,7 +87,7 @@ def spark_schema(spec: ColumnSpec) -> Any:
 def routing_columns(value: Any) -> tuple[Any, Any, Any, Any]:
     """(kind, group, topic, partition) of a raw record value, as Spark column expressions.
 
-    The SQL counterpart of :func:`marshal_py.admin.audit.route`, without decoding in Python:
+    The SQL counterpart of :func:`marshal_py.audit.observer.route`, without decoding in Python:
     split on ``/``, take fields 5-7 (group, topic, partition: the same place in every message
     type), unescape them at version 2 and later. For every record that decodes, it gives the
     decoded group, topic and partition (None for types without one), says ``reset`` for a
@@ -287,13 +288,13 @@ def run_spark_audit(
 ) -> AuditResult:
     """Audit the coordination log on Spark and write the tables (``output``, Parquet).
     ``group_keys``, ``index_topic``: as for
-    :func:`~marshal_py.admin.audit_local.run_local_audit`.
+    :func:`~marshal_py.audit.local.run_local_audit`.
 
     Uses ``spark`` if given, else the active session of this process if there is one (both
     are left running; ``master`` is then not used), else starts a session on ``master`` and
     stops it at the end.
     """
-    from marshal_py.admin.audit_local import open_log
+    from marshal_py.audit.local import open_log
 
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     out = prepare_output(output)

@@ -1,14 +1,14 @@
 """The Spark audit engine's per-bucket work: rationalize a bucket and aggregate it in place.
 
 Each bucket's records go through a fresh rationalizer observed by the local engine's
-:class:`~marshal_py.admin.audit.AuditObserver` and aggregated by its
-:class:`~marshal_py.admin.audit.LocalAggregator`, in the Python worker that rationalized
+:class:`~marshal_py.audit.observer.AuditObserver` and aggregated by its
+:class:`~marshal_py.audit.observer.LocalAggregator`, in the Python worker that rationalized
 them. A bucket holds every placed record of its partitions (or of its whole (group, topic)),
 so the rows it gives of ``ownership``, ``partitions``, ``amo_ranges`` and ``violations`` are
 final; ``share_history`` leaves as runs of offsets (the JVM expands them to one row per
 offset while writing); ``summary`` and ``coordination`` leave as partial counts that add up
-(:func:`~marshal_py.admin.audit.merge_summaries`,
-:func:`~marshal_py.admin.audit.merge_coordination`), merged on the driver.
+(:func:`~marshal_py.audit.observer.merge_summaries`,
+:func:`~marshal_py.audit.observer.merge_coordination`), merged on the driver.
 
 This replaced moving one observation row per record into the JVM and aggregating there
 (several shuffles, share history exploded to one row per offset before grouping): the
@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from marshal_py.admin.audit import (
+from marshal_py.audit.observer import (
     TABLES,
     AuditObserver,
     ColumnSpec,
@@ -141,7 +141,7 @@ def audit_bucket(partition_count: int, heartbeat_interval_ms: int,
 def merge_partials(texts: list[str]) -> tuple[list[tuple[object, ...]],
                                              list[tuple[object, ...]]]:
     """The ``summary`` and ``coordination`` rows from every bucket's partial counts."""
-    from marshal_py.admin.audit import merge_coordination, merge_summaries
+    from marshal_py.audit.observer import merge_coordination, merge_summaries
 
     summaries: list[Any] = []
     coordination: list[Any] = []

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: ``reader`` of :class:`~marshal_py.admin.audit_local.AuditResult`'s extra: which one read.
+#: ``reader`` of :class:`~marshal_py.audit.local.AuditResult`'s extra: which one read.
 JVM_READER, PYTHON_READER = "kafka", "marshal_log"
 
 

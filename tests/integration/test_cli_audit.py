@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from marshal_py.admin.audit import TABLES
+from marshal_py.audit.observer import TABLES
 from marshal_py.log import KafkaLog, KafkaLogConfig
 from marshal_py.protocol import (
     ClaimingMessages,

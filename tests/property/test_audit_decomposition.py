@@ -4,7 +4,7 @@ For random protocol traffic (claims, heartbeats, releases, AMO confirmations, me
 heartbeats joining and leaving, share initialize / acquire / acknowledge / renew / reset,
 misplaced records and garbage, timestamps that make claims go stale and locks elapse), every
 record gets the same verdict from the rationalizer of its routing bucket
-(:func:`marshal_py.admin.audit.route`, :func:`~marshal_py.admin.audit.bucket_partition`) as
+(:func:`marshal_py.audit.observer.route`, :func:`~marshal_py.audit.observer.bucket_partition`) as
 from one rationalizer over the whole log, and the audit observer emits the same rows (as a
 multiset) either way — so the tables, aggregated from those rows, are the same.
 
@@ -14,7 +14,8 @@ topic) has no live member, and liveness comes from every partition's claims, hea
 and key-range records and from member heartbeats. ``test_a_reset_needs_its_whole_topic``
 shows the counterexample. The same holds for offset expiry (KIP-211), possible only when the
 (group, topic)'s records span more than the offset retention. The engines therefore put every
-record of such a (group, topic) in one bucket (:func:`~marshal_py.admin.audit.needs_whole_topic`).
+record of such a (group, topic) in one bucket
+(:func:`~marshal_py.audit.observer.needs_whole_topic`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marshal_py.admin.audit import (
+from marshal_py.audit.observer import (
     RESET,
     AuditObserver,
     RecordRow,

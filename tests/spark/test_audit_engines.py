@@ -17,7 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 from kafka import KafkaProducer
 
-from marshal_py.admin.audit import (
+from marshal_py.audit.generate import create_topic, generate_in_background, produce
+from marshal_py.audit.local import AuditResult, run_local_audit
+from marshal_py.audit.observer import (
     AMO_RECONFIRMED,
     OVERLAPPING_OWNERS,
     SHARE_ACCEPTED_TWICE,
@@ -25,8 +27,6 @@ from marshal_py.admin.audit import (
     route,
     sorted_rows,
 )
-from marshal_py.admin.audit_generate import create_topic, generate_in_background, produce
-from marshal_py.admin.audit_local import AuditResult, run_local_audit
 from marshal_py.protocol import (
     AcknowledgingRecords,
     AcquiringRecords,

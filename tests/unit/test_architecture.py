@@ -26,6 +26,7 @@ LAYERS = {
     "replay": 2,                                         # reading a log into the world
     "config": 2,                                         # Kafka properties, key files
     "client": 3,                                         # members, consumers, Marshaler
+    "audit": 3,                                          # the whole-log audit (pure + local)
     "devbroker": 4,                                      # dev brokers, JVM processes
     "admin": 5,                                          # world views, audit, resets
     "spark": 6,                                          # Spark source, read_stream, audit

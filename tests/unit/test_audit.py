@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from marshal_py.admin.audit import (
+from marshal_py.audit.observer import (
     AMO_RECONFIRMED,
     AMO_REGRESSED,
     OVERLAPPING_OWNERS,
@@ -363,14 +363,14 @@ def test_range_map_matches_a_per_offset_count(updates: list[tuple[int, int]]) ->
 
 
 def test_the_background_generator_yields_what_generate_does() -> None:
-    from marshal_py.admin.audit_generate import generate, generate_in_background
+    from marshal_py.audit.generate import generate, generate_in_background
 
     inline = list(generate(3_000, seed=5, faults=0.01))
     assert list(generate_in_background(3_000, chunk=700, seed=5, faults=0.01)) == inline
 
 
 def test_a_failing_background_generator_raises_in_the_reader() -> None:
-    from marshal_py.admin.audit_generate import generate_in_background
+    from marshal_py.audit.generate import generate_in_background
 
     with pytest.raises(RuntimeError, match="generating records failed: TypeError"):
         list(generate_in_background(10, no_such_option=1))

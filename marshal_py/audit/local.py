@@ -2,7 +2,7 @@
 
 Reads every partition of the coordination topic from its beginning with :class:`KafkaLog`
 (in log order per coordination partition), observes every verdict with
-:class:`~marshal_py.admin.audit.AuditObserver`, aggregates in Python and writes the tables as
+:class:`~marshal_py.audit.observer.AuditObserver`, aggregates in Python and writes the tables as
 Parquet (``OUTPUT/<table>/part-00000.parquet``).
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marshal_py.admin.audit import (
+from marshal_py.audit.observer import (
     COORDINATION,
     SUMMARY,
     TABLES,

@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from marshal_py.admin.audit_fields import MessageFields, message_fields
+from marshal_py.audit.fields import MessageFields, message_fields
 from marshal_py.protocol.codec import DecodeError, decode_signed
 from marshal_py.protocol.messages import (
     PartitionMessage,
