@@ -1,7 +1,7 @@
 """How ``bin/test`` spreads the suite over pytest-xdist workers.
 
 Most of the suite waits: on heartbeat intervals, leases, brokers and Spark jobs. Several
-workers (``bin/test`` runs four) use those waits, each with a broker of its own (the session
+workers (``bin/test`` runs three) use those waits, each with a broker of its own (the session
 fixtures are per worker). A worker is handed whole *parts*: a test file, or for the Spark
 tests one of three fixed sets of files, so that each Spark session (a JVM and Python workers)
 starts once per part and the standalone cluster once in the whole run. Parts go out longest

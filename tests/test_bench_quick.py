@@ -40,6 +40,7 @@ BENCH_QUICK = background_job(Job(
 
 
 @pytest.mark.integration
+@pytest.mark.serial  # its AMO and share rows assert exact counts, which need members alive
 @pytest.mark.timeout(2700)
 def test_every_suite_runs_quick_against_one_broker(background: BackgroundJobs) -> None:
     """Run in the background from the start of the session (tests/background.py)."""

@@ -223,6 +223,7 @@ def test_reset_offsets_of_an_exclusive_group(setup: Setup) -> None:
         assert offsets == [3, 4, 5, 6, 7, 8, 9]
 
 
+@pytest.mark.serial
 def test_watch_renders_the_ownership_table(setup: Setup) -> None:
     make_topic(setup.bootstrap, setup.topic, 2, 3)
     with setup.member("w1") as (_, consumer):

@@ -36,6 +36,7 @@ def held(consumer: Consumer) -> set[int]:
     return {tp.partition for tp in consumer.assignment()}
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("mode", ["alo", "amo"])
 def test_a_hung_handler_gives_its_partitions_up_and_joins_again_when_it_polls(
         kafka_bootstrap: str, unique_name: str, mode: str) -> None:
