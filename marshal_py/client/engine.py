@@ -185,6 +185,14 @@ class MemberEngine(HoldingMember):
         cap = self.config.max_claims if self.config.max_claims is not None else partitions
         if self.config.balance == "greedy":
             return min(cap, partitions)
+        group = self.config.group_id
+        if self.config.max_claims is None and not self.rationalizer.capacities_announced(
+                group, topic):
+            # Nobody is capped: equal shares, the first N mod M client ids one more. The
+            # rank comes from the rationalizer's index, in O(log M) whatever the group size.
+            rank = self.rationalizer.member_rank(group, topic, self.me.client_id, now)
+            base, extra = divmod(partitions, rank.members)
+            return base + (1 if rank.place < extra else 0)
         return self._fair_targets(topic, partitions, now)[self.me.client_id]
 
     def _fair_targets(self, topic: str, partitions: int, now: int) -> dict[str, int]:
