@@ -405,20 +405,9 @@ def _mb(value: float) -> str:
     return f"{value / 1e6:,.1f}"
 
 
-def run(ctx: BenchContext) -> SuiteReport:
-    quick = ctx.quick
-    members_sizes = _sizes("BENCH_GROWTH_MEMBERS",
-                           [10, 100] if quick else [10, 100, 1000, 10_000])
-    partitions = _sizes("BENCH_GROWTH_PARTITIONS", [100] if quick else [10_000])[0]
-    share_sizes = _sizes("BENCH_GROWTH_SHARE_PARTITIONS",
-                         [100, 1000] if quick else [100, 1000, 10_000])
-    inflight = _sizes("BENCH_GROWTH_INFLIGHT", [200] if quick else [2000])[0]
-    sweep = _sizes("BENCH_GROWTH_INFLIGHT_SWEEP", [200, 2000] if quick else [200, 2000, 10_000])
-    steady = 2_000 if quick else 20_000
-    raw: dict[str, object] = {"hi_ms": HI_MS, "tick_ms": TICK_MS, "settle": {}, "share": {},
-                              "inflight_sweep": {}}
-
-    # 1. settling
+def settling(ctx: BenchContext, members_sizes: list[int], partitions: int,
+             raw: dict[str, object]) -> tuple[Table, list[Plot]]:
+    """Part 1: the settling table and its plots (group size, CPU, then the state)."""
     settle: dict[int, list[SettleRun]] = {m: [] for m in members_sizes}
     for rep in range(ctx.repeat):
         seed = 1000 + rep
@@ -504,6 +493,41 @@ def run(ctx: BenchContext) -> SuiteReport:
          "is lost to a race; on a real broker a claim takes tens of ms to read back "
          "(the coordination suite measures it)."])
 
+    plots = [
+        Plot("Settling against group size", "line", "members", "cost", xs,
+             {"HI to settle": [measured(m, "settle_hi").median for m in members_sizes],
+              "records to settle / 1,000": [measured(m, "records").median / 1000
+                                            for m in members_sizes]},
+             log_x=True, log_y=True),
+        Plot("Coordination CPU once settled", "line", "members", "ms per HI", xs,
+             {"one member": [per_member[m].median for m in members_sizes],
+              "the whole group": [group_cpu[m].median for m in members_sizes],
+              f"the group if linear from {members_sizes[0]} members": [
+                  members_sizes[0] * per_member[members_sizes[0]].median * m / members_sizes[0]
+                  for m in members_sizes]},
+             log_x=True, log_y=True),
+        Plot(f"Rationalizer state once settled ({partitions:,} partitions)", "line", "members",
+             "MB (tracemalloc)", xs,
+             {"state": [measured(m, "state_bytes").median / 1e6 for m in members_sizes]},
+             log_x=True, log_y=True),
+    ]
+    return settle_table, plots
+
+
+def run(ctx: BenchContext) -> SuiteReport:
+    quick = ctx.quick
+    members_sizes = _sizes("BENCH_GROWTH_MEMBERS",
+                           [10, 100] if quick else [10, 100, 1000, 10_000])
+    partitions = _sizes("BENCH_GROWTH_PARTITIONS", [100] if quick else [10_000])[0]
+    share_sizes = _sizes("BENCH_GROWTH_SHARE_PARTITIONS",
+                         [100, 1000] if quick else [100, 1000, 10_000])
+    inflight = _sizes("BENCH_GROWTH_INFLIGHT", [200] if quick else [2000])[0]
+    sweep = _sizes("BENCH_GROWTH_INFLIGHT_SWEEP", [200, 2000] if quick else [200, 2000, 10_000])
+    steady = 2_000 if quick else 20_000
+    raw: dict[str, object] = {"hi_ms": HI_MS, "tick_ms": TICK_MS, "settle": {}, "share": {},
+                              "inflight_sweep": {}}
+    settle_table, settle_plots = settling(ctx, members_sizes, partitions, raw)
+
     # 2. the rationalizer with share-partitions
     share = {p: run_share_worker(ctx, p, inflight, steady) for p in share_sizes}
     swept = {i: (share[100] if i == inflight and 100 in share
@@ -563,18 +587,7 @@ def run(ctx: BenchContext) -> SuiteReport:
         sweep_rows)
 
     plots = [
-        Plot("Settling against group size", "line", "members", "cost", xs,
-             {"HI to settle": [measured(m, "settle_hi").median for m in members_sizes],
-              "records to settle / 1,000": [measured(m, "records").median / 1000
-                                            for m in members_sizes]},
-             log_x=True, log_y=True),
-        Plot("Coordination CPU once settled", "line", "members", "ms per HI", xs,
-             {"one member": [per_member[m].median for m in members_sizes],
-              "the whole group": [group_cpu[m].median for m in members_sizes],
-              f"the group if linear from {members_sizes[0]} members": [
-                  members_sizes[0] * per_member[members_sizes[0]].median * m / members_sizes[0]
-                  for m in members_sizes]},
-             log_x=True, log_y=True),
+        *settle_plots[:2],
         Plot("Rationalizer state and apply time against share-partitions", "line",
              "share-partitions", "cost", ps,
              {"state (MB)": [num(v, "traced_bytes") / 1e6 for v in share.values()],
@@ -586,21 +599,47 @@ def run(ctx: BenchContext) -> SuiteReport:
              [float(i) for i in swept], {"µs per record": [1e6 / rate(v).median
                                                            for v in swept.values()]},
              log_x=True, log_y=True),
-        Plot(f"Rationalizer state once settled ({partitions:,} partitions)", "line", "members",
-             "MB (tracemalloc)", xs,
-             {"state": [measured(m, "state_bytes").median / 1e6 for m in members_sizes]},
-             log_x=True, log_y=True),
+        *settle_plots[2:],
     ]
     return SuiteReport("growth", ctx.command, [settle_table, share_table, sweep_table], plots,
                        raw)
 
 
+def settling_only(repeat: int) -> None:
+    """``--settling``: part 1 alone (no broker, no share workers), for a run that fits a
+    busy machine. Writes ``bench/results/growth-settling.{md,json}`` and the settling plots
+    under the numbers the full suite gives them (``docs/bench/growth-1``, ``-2``, ``-5``)."""
+    from bench.harness import machine_line
+    from bench.report import PLOTS_DIR, RESULTS_DIR, draw
+
+    members_sizes = _sizes("BENCH_GROWTH_MEMBERS", [10, 100, 1000, 10_000])
+    partitions = _sizes("BENCH_GROWTH_PARTITIONS", [10_000])[0]
+    ctx = BenchContext("", repeat=repeat, command="python -m bench.suite_growth --settling")
+    raw: dict[str, object] = {"hi_ms": HI_MS, "tick_ms": TICK_MS, "settle": {}}
+    table, plots = settling(ctx, members_sizes, partitions, raw)
+    machine = machine_line()
+    report = SuiteReport("growth-settling", ctx.command, [table], plots, raw)
+    (RESULTS_DIR / "growth-settling.md").write_text(report.markdown(machine))
+    (RESULTS_DIR / "growth-settling.json").write_text(
+        json.dumps({"command": ctx.command, "machine": machine, "raw": raw}, indent=2,
+                   default=str) + "\n")
+    for plot, n in zip(plots, (1, 2, 5), strict=True):
+        draw(plot, PLOTS_DIR / f"growth-{n}.png")
+    print(table.markdown(), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="growth suite worker (run `python -m bench "
                                                  "growth` instead)")
-    parser.add_argument("--share-worker", nargs=4, type=int, required=True,
-                        metavar=("PARTITIONS", "INFLIGHT", "STEADY", "REPEAT"))
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--share-worker", nargs=4, type=int,
+                      metavar=("PARTITIONS", "INFLIGHT", "STEADY", "REPEAT"))
+    mode.add_argument("--settling", type=int, metavar="REPEAT",
+                      help="run the settling part alone, REPEAT seeds")
     args = parser.parse_args()
+    if args.settling is not None:
+        settling_only(args.settling)
+        return
     print(json.dumps(share_worker(*args.share_worker)), flush=True)
 
 
