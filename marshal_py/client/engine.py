@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Iterable
+from itertools import chain
 
 from marshal_py.client.engine_types import EngineClock, PartitionSource
 from marshal_py.client.fencing import Fencing, fence_and_read, read_to_end
@@ -325,13 +326,15 @@ class MemberEngine(HoldingMember):
         start = self.rng.randrange(count)
         # Claims won and not taken up yet (a take-up failed, or retake()) come first.
         untaken = sorted(p for t, p in self._untaken if t == topic and p < count)
-        order = untaken + [(start + i) % count for i in range(count)]
+        order = chain(untaken, range(start, count), range(start))  # lazily: P may be large
         candidates: list[int] = []
+        chosen: set[int] = set()
         for partition in order:
-            if (topic, partition) in self.holdings or partition in candidates:
+            if (topic, partition) in self.holdings or partition in chosen:
                 continue
             if self._claimable(self._claim(topic, partition), now):
                 candidates.append(partition)
+                chosen.add(partition)
                 if len(candidates) == wanted:
                     break
         if candidates:
