@@ -614,7 +614,11 @@ def settling_only(repeat: int) -> None:
 
     members_sizes = _sizes("BENCH_GROWTH_MEMBERS", [10, 100, 1000, 10_000])
     partitions = _sizes("BENCH_GROWTH_PARTITIONS", [10_000])[0]
-    ctx = BenchContext("", repeat=repeat, command="python -m bench.suite_growth --settling")
+    sizes = " ".join(f"{k}={os.environ[k]}" for k in ("BENCH_GROWTH_MEMBERS",
+                                                      "BENCH_GROWTH_PARTITIONS")
+                     if k in os.environ)
+    command = f"{sizes + ' ' if sizes else ''}python -m bench.suite_growth --settling {repeat}"
+    ctx = BenchContext("", repeat=repeat, command=command)
     raw: dict[str, object] = {"hi_ms": HI_MS, "tick_ms": TICK_MS, "settle": {}}
     table, plots = settling(ctx, members_sizes, partitions, raw)
     machine = machine_line()
