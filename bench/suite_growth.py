@@ -16,8 +16,12 @@ against linear growth: for every cost the fitted exponent *k* of ``cost ~ size^k
    written by then (and how many were claims and releases), and the cost per member once
    settled: the CPU of its coordination steps (``tick``) per HI plus applying one HI of the
    group's records to its own rationalizer (records per HI / the apply rate of a fresh
-   rationalizer replaying the run's whole log). Sizes: M = 10, 100, 1,000 on P = 1,000
-   (``--quick``: M = 10, 100 on P = 100); every repetition is a different seed.
+   rationalizer replaying the run's whole log, CPU time); the group's total (M times that)
+   and its fitted exponent; whether the group settled within 2 HI; and the rationalizer's
+   memory once settled (``tracemalloc``: what a fresh rationalizer retains after replaying
+   the run's log), from which the memory per member (the slope against M) and per
+   partition (the rest, over P) are derived. Sizes: M = 10, 100, 1,000, 10,000 on
+   P = 10,000 (``--quick``: M = 10, 100 on P = 100); every repetition is a different seed.
 
    Writes are visible at once (no network), as in ``tests/simulation``. To make 1,000 members
    affordable, all engines share ONE rationalizer: members run one after the other and every
@@ -70,6 +74,7 @@ from bench.report import Measured, Plot, SuiteReport, Table
 from marshal_py.client.engine import EngineConfig, MemberEngine
 from marshal_py.devbroker.jvm import die_with_parent
 from marshal_py.log import MemoryLog, VirtualClock
+from marshal_py.protocol.messages import CheckpointChunk
 from marshal_py.replay import catch_up
 from marshal_py.world import Outcome, Rationalizer, RationalizerConfig, Verdict
 from tests.simulation.harness import MemoryTopic, SimClock
@@ -108,7 +113,8 @@ class SettleRun:
     ticks: int
     tick_us_settled: float  # mean CPU of one engine step once settled
     records_per_hi_settled: float  # the group's records per HI once settled
-    apply_rate: float  # a fresh rationalizer replaying the run's whole log, records/s
+    apply_rate: float  # a fresh rationalizer replaying the run's whole log, records/s (CPU)
+    state_bytes: int  # tracemalloc: what that rationalizer retains
     log_digest: list[bytes] = field(default_factory=list, repr=False)
 
     @property
@@ -118,6 +124,11 @@ class SettleRun:
         ticks = self.tick_us_settled * (HI_MS / TICK_MS) / 1000
         apply = self.records_per_hi_settled / self.apply_rate * 1000
         return ticks + apply
+
+    @property
+    def within_2hi(self) -> bool:
+        """Settled, with the last claim or release within 2 HI of the first start."""
+        return self.settled and self.settle_hi <= 2
 
 
 class Settling:
@@ -133,6 +144,9 @@ class Settling:
         self.topic = MemoryTopic(TOPIC, partitions)
         self.view = Rationalizer(RationalizerConfig(COORD, HI_MS))  # shared, or the auditor
         self.view.observe(self._see)
+        self.chunk_notes: list[Callable[[Outcome], None]] = []
+        if shared:
+            self.view.observe(self._chunk)
         self.kinds: Counter[str] = Counter()
         self.last_activity: tuple[int, int] | None = None  # (broker time, position)
         self.kinds_at_activity: Counter[str] = Counter()
@@ -140,6 +154,11 @@ class Settling:
         self.claims_at_activity = self.releases_at_activity = 0
         self.engines: dict[int, MemberEngine] = {}
         self.tick_log: list[tuple[int, float]] = []  # (virtual time, seconds) of every tick
+
+    def _chunk(self, outcome: Outcome) -> None:
+        if isinstance(outcome.message, CheckpointChunk):
+            for note in self.chunk_notes:
+                note(outcome)
 
     def _see(self, outcome: Outcome) -> None:
         kind = type(outcome.message).__name__ if outcome.message is not None else "undecoded"
@@ -162,6 +181,13 @@ class Settling:
                               heartbeat_interval_ms=HI_MS, offset_reset="earliest")
         engine = MemberEngine(config, self.log, rationalizer, self.topic, SimClock(self.clock),
                               random.Random(seed))
+        if self.shared:
+            # Each engine observes its rationalizer (for chunked checkpoints). Sharing one,
+            # M observers would run on every record, M times what a member pays: hand them
+            # only what they look at, the chunks.
+            note = engine.channel._note_chunk
+            rationalizer.unobserve(note)
+            self.chunk_notes.append(note)
         engine.start()
         return engine
 
@@ -196,9 +222,9 @@ class Settling:
             if not started:
                 self.engines[i] = self._engine(i, seeds[i])
             else:
-                t = time.perf_counter()
+                t = time.process_time()
                 self.engines[i].tick()
-                self.tick_log.append((at, time.perf_counter() - t))
+                self.tick_log.append((at, time.process_time() - t))
             heapq.heappush(events, (self.clock() + TICK_MS + self.rng.randrange(20), i, True))
             now = self.clock()
             if now < next_check:
@@ -230,6 +256,7 @@ class Settling:
             tick_us_settled=(sum(after) / len(after) * 1e6) if after else float("nan"),
             records_per_hi_settled=(end - last_position - 1) / quiet_hi,
             apply_rate=replay_rate(self.log, self._partition()),
+            state_bytes=state_bytes(self.log, self._partition()),
             log_digest=values,
         )
 
@@ -240,16 +267,47 @@ class Settling:
 
 
 def replay_rate(log: MemoryLog, partition: int) -> float:
-    """Records/s a fresh rationalizer applies replaying ``partition`` of ``log`` (best of 3:
-    the replay is short and the machine is shared)."""
+    """Records per CPU second a fresh rationalizer applies replaying ``partition`` of
+    ``log`` (best of 3: the replay is short and the machine is shared)."""
     records = log.fetch({partition: 0}, 0)
     best = 0.0
     for _ in range(3):
         r = Rationalizer(RationalizerConfig(COORD, HI_MS))
-        started = time.perf_counter()
+        started = time.process_time()
         r.apply_all(records)
-        best = max(best, len(records) / max(1e-9, time.perf_counter() - started))
+        best = max(best, len(records) / max(1e-9, time.process_time() - started))
     return best
+
+
+def state_bytes(log: MemoryLog, partition: int) -> int:
+    """Bytes a fresh rationalizer retains (``tracemalloc``) after replaying ``partition`` of
+    ``log``: the world's state, not the records."""
+    records = log.fetch({partition: 0}, 0)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        r = Rationalizer(RationalizerConfig(COORD, HI_MS))
+        r.apply_all(records)
+        gc.collect()
+        retained = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    del r
+    return retained
+
+
+def per_member_and_partition(members: Sequence[int], partitions: int,
+                             states: Sequence[float]) -> tuple[float, float]:
+    """(bytes per member, bytes per partition): the least-squares slope of the state
+    against M, and the intercept (the state with no member) over P."""
+    if len(members) < 2:
+        return float("nan"), float("nan")
+    mx = sum(members) / len(members)
+    my = sum(states) / len(states)
+    sxx = sum((m - mx) ** 2 for m in members)
+    slope = sum((m - mx) * (y - my) for m, y in zip(members, states, strict=True)) / sxx
+    return slope, (my - slope * mx) / partitions
 
 
 def check_shared_view(partitions: int, seed: int) -> None:
@@ -348,19 +406,9 @@ def _mb(value: float) -> str:
     return f"{value / 1e6:,.1f}"
 
 
-def run(ctx: BenchContext) -> SuiteReport:
-    quick = ctx.quick
-    members_sizes = _sizes("BENCH_GROWTH_MEMBERS", [10, 100] if quick else [10, 100, 1000])
-    partitions = _sizes("BENCH_GROWTH_PARTITIONS", [100] if quick else [1000])[0]
-    share_sizes = _sizes("BENCH_GROWTH_SHARE_PARTITIONS",
-                         [100, 1000] if quick else [100, 1000, 10_000])
-    inflight = _sizes("BENCH_GROWTH_INFLIGHT", [200] if quick else [2000])[0]
-    sweep = _sizes("BENCH_GROWTH_INFLIGHT_SWEEP", [200, 2000] if quick else [200, 2000, 10_000])
-    steady = 2_000 if quick else 20_000
-    raw: dict[str, object] = {"hi_ms": HI_MS, "tick_ms": TICK_MS, "settle": {}, "share": {},
-                              "inflight_sweep": {}}
-
-    # 1. settling
+def settling(ctx: BenchContext, members_sizes: list[int], partitions: int,
+             raw: dict[str, object]) -> tuple[Table, list[Plot]]:
+    """Part 1: the settling table and its plots (group size, CPU, then the state)."""
     settle: dict[int, list[SettleRun]] = {m: [] for m in members_sizes}
     for rep in range(ctx.repeat):
         seed = 1000 + rep
@@ -377,20 +425,29 @@ def run(ctx: BenchContext) -> SuiteReport:
             settle[m].append(result)
             ctx.say(f"  settled in {result.settle_hi:.2f} HI, {result.records:,} records, "
                     f"simulated in {result.sim_s:.1f} s")
+            if not result.within_2hi:
+                ctx.say(f"  NOTE: {m} members took {result.settle_hi:.2f} HI to settle "
+                        "(the target is 2 HI)")
     raw["settle"] = {str(m): [{k: v for k, v in asdict(r).items() if k != "log_digest"}
-                              | {"member_ms_per_hi": r.member_ms_per_hi} for r in runs]
+                              | {"member_ms_per_hi": r.member_ms_per_hi,
+                                 "within_2hi": r.within_2hi} for r in runs]
                      for m, runs in settle.items()}
 
     def measured(m: int, pick: str, unit: str = "") -> Measured:
         return Measured([float(getattr(r, pick)) for r in settle[m]], unit)
 
     per_member = {m: Measured([r.member_ms_per_hi for r in settle[m]], "ms") for m in settle}
+    group_cpu = {m: Measured([m * r.member_ms_per_hi for r in settle[m]], "ms")
+                 for m in settle}
     rows = []
     for m in members_sizes:
+        within = sum(r.within_2hi for r in settle[m])
         rows.append([f"{m:,}", measured(m, "owned_hi").cell(2), measured(m, "settle_hi").cell(2),
+                     f"{within} of {len(settle[m])}",
                      measured(m, "records").cell(), measured(m, "claims").cell(),
                      measured(m, "releases").cell(), measured(m, "tick_us_settled").cell(),
                      measured(m, "apply_rate").cell(), per_member[m].cell(2),
+                     group_cpu[m].cell(0), _mb(measured(m, "state_bytes").median),
                      measured(m, "sim_s").cell(1)])
     xs = [float(m) for m in members_sizes]
     costs: dict[str, Callable[[int], float]] = {
@@ -399,34 +456,78 @@ def run(ctx: BenchContext) -> SuiteReport:
         "tick_us": lambda m: measured(m, "tick_us_settled").median,
         "apply_s_per_record": lambda m: 1 / measured(m, "apply_rate").median,
         "member_ms_per_hi": lambda m: per_member[m].median,
-        "group_ms_per_hi": lambda m: m * per_member[m].median,
+        "group_ms_per_hi": lambda m: group_cpu[m].median,
+        "state_bytes": lambda m: measured(m, "state_bytes").median,
         "sim_s": lambda m: measured(m, "sim_s").median,
     }
     fits = {name: exponent(xs, [f(m) for m in members_sizes]) for name, f in costs.items()}
     raw["settle_exponents"] = fits
-    rows.append(["exponent k (cost ~ M^k)", "", _k(fits["settle_hi"]), _k(fits["records"]), "",
-                 "", _k(fits["tick_us"]), _k(-fits["apply_s_per_record"]),
-                 _k(fits["member_ms_per_hi"]), _k(fits["sim_s"])])
+    per_member_bytes, per_partition_bytes = per_member_and_partition(
+        members_sizes, partitions, [measured(m, "state_bytes").median for m in members_sizes])
+    raw["state_bytes_per_member"] = per_member_bytes
+    raw["state_bytes_per_partition"] = per_partition_bytes
+    rows.append(["exponent k (cost ~ M^k)", "", _k(fits["settle_hi"]), "", _k(fits["records"]),
+                 "", "", _k(fits["tick_us"]), _k(-fits["apply_s_per_record"]),
+                 _k(fits["member_ms_per_hi"]), _k(fits["group_ms_per_hi"]),
+                 _k(fits["state_bytes"]), _k(fits["sim_s"])])
     settle_table = Table(
         f"Settling: M members starting within one HI on {partitions:,} partitions (MemoryLog, "
         f"virtual clock, HI {HI_MS // 1000} s, tick {TICK_MS / 1000:g} s; median of "
         f"{ctx.repeat} seeds, range in brackets)",
-        ["members", "all owned (HI)", "settled (HI)", "records to settle",
+        ["members", "all owned (HI)", "settled (HI)", "within 2 HI", "records to settle",
          "of which claims", "releases", "µs per tick, settled", "apply rate (records/s)",
-         "CPU per member per HI (ms)", "simulated in (s)"],
+         "CPU per member per HI (ms)", "group CPU per HI (ms)", "rationalizer state (MB)",
+         "simulated in (s)"],
         rows,
         [f"*Settled*: every partition held, each member at its fair share, no claim or "
          f"release for {QUIET_HI} HI; the time is that of the last claim or release. "
          "*CPU per member per HI*: its coordination steps (10 per HI) plus applying one HI of "
          "the group's records (records per HI once settled / the apply rate of a fresh "
-         "rationalizer replaying the run's log). Exponents are fitted to the medians; for "
-         f"the apply rate it is that of records/s (negative: it falls). The group's total "
-         f"coordination CPU grows as M x that: k = {_k(fits['group_ms_per_hi'])}. The "
-         "ticks include applying about 1/M of the records (the engines share one "
-         "rationalizer), which the apply part counts again: at most 1/M too much.",
+         "rationalizer replaying the run's log, per CPU second). *Group CPU*: M times that. "
+         "Exponents are fitted to the medians; for the apply rate it is that of records/s "
+         "(negative: it falls). The ticks include applying about 1/M of the records (the "
+         "engines share one rationalizer), which the apply part counts again: at most 1/M "
+         "too much. *Rationalizer state*: what a fresh rationalizer retains after replaying "
+         f"the run's log (tracemalloc): about {per_member_bytes:,.0f} bytes per member (the "
+         f"slope against M) and {per_partition_bytes:,.0f} per partition (the rest, over P).",
          "Zero network latency: no two members' claims ever overlap in time, so no claim "
          "is lost to a race; on a real broker a claim takes tens of ms to read back "
          "(the coordination suite measures it)."])
+
+    plots = [
+        Plot("Settling against group size", "line", "members", "cost", xs,
+             {"HI to settle": [measured(m, "settle_hi").median for m in members_sizes],
+              "records to settle / 1,000": [measured(m, "records").median / 1000
+                                            for m in members_sizes]},
+             log_x=True, log_y=True),
+        Plot("Coordination CPU once settled", "line", "members", "ms per HI", xs,
+             {"one member": [per_member[m].median for m in members_sizes],
+              "the whole group": [group_cpu[m].median for m in members_sizes],
+              f"the group if linear from {members_sizes[0]} members": [
+                  members_sizes[0] * per_member[members_sizes[0]].median * m / members_sizes[0]
+                  for m in members_sizes]},
+             log_x=True, log_y=True),
+        Plot(f"Rationalizer state once settled ({partitions:,} partitions)", "line", "members",
+             "MB (tracemalloc)", xs,
+             {"state": [measured(m, "state_bytes").median / 1e6 for m in members_sizes]},
+             log_x=True, log_y=True),
+    ]
+    return settle_table, plots
+
+
+def run(ctx: BenchContext) -> SuiteReport:
+    quick = ctx.quick
+    members_sizes = _sizes("BENCH_GROWTH_MEMBERS",
+                           [10, 100] if quick else [10, 100, 1000, 10_000])
+    partitions = _sizes("BENCH_GROWTH_PARTITIONS", [100] if quick else [10_000])[0]
+    share_sizes = _sizes("BENCH_GROWTH_SHARE_PARTITIONS",
+                         [100, 1000] if quick else [100, 1000, 10_000])
+    inflight = _sizes("BENCH_GROWTH_INFLIGHT", [200] if quick else [2000])[0]
+    sweep = _sizes("BENCH_GROWTH_INFLIGHT_SWEEP", [200, 2000] if quick else [200, 2000, 10_000])
+    steady = 2_000 if quick else 20_000
+    raw: dict[str, object] = {"hi_ms": HI_MS, "tick_ms": TICK_MS, "settle": {}, "share": {},
+                              "inflight_sweep": {}}
+    settle_table, settle_plots = settling(ctx, members_sizes, partitions, raw)
 
     # 2. the rationalizer with share-partitions
     share = {p: run_share_worker(ctx, p, inflight, steady) for p in share_sizes}
@@ -487,18 +588,7 @@ def run(ctx: BenchContext) -> SuiteReport:
         sweep_rows)
 
     plots = [
-        Plot("Settling against group size", "line", "members", "cost", xs,
-             {"HI to settle": [measured(m, "settle_hi").median for m in members_sizes],
-              "records to settle / 1,000": [measured(m, "records").median / 1000
-                                            for m in members_sizes]},
-             log_x=True, log_y=True),
-        Plot("Coordination CPU once settled", "line", "members", "ms per HI", xs,
-             {"one member": [per_member[m].median for m in members_sizes],
-              "the whole group": [m * per_member[m].median for m in members_sizes],
-              f"the group if linear from {members_sizes[0]} members": [
-                  members_sizes[0] * per_member[members_sizes[0]].median * m / members_sizes[0]
-                  for m in members_sizes]},
-             log_x=True, log_y=True),
+        *settle_plots[:2],
         Plot("Rationalizer state and apply time against share-partitions", "line",
              "share-partitions", "cost", ps,
              {"state (MB)": [num(v, "traced_bytes") / 1e6 for v in share.values()],
@@ -510,17 +600,51 @@ def run(ctx: BenchContext) -> SuiteReport:
              [float(i) for i in swept], {"µs per record": [1e6 / rate(v).median
                                                            for v in swept.values()]},
              log_x=True, log_y=True),
+        *settle_plots[2:],
     ]
     return SuiteReport("growth", ctx.command, [settle_table, share_table, sweep_table], plots,
                        raw)
 
 
+def settling_only(repeat: int) -> None:
+    """``--settling``: part 1 alone (no broker, no share workers), for a run that fits a
+    busy machine. Writes ``bench/results/growth-settling.{md,json}`` and the settling plots
+    under the numbers the full suite gives them (``docs/bench/growth-1``, ``-2``, ``-5``)."""
+    from bench.harness import machine_line
+    from bench.report import PLOTS_DIR, RESULTS_DIR, draw
+
+    members_sizes = _sizes("BENCH_GROWTH_MEMBERS", [10, 100, 1000, 10_000])
+    partitions = _sizes("BENCH_GROWTH_PARTITIONS", [10_000])[0]
+    sizes = " ".join(f"{k}={os.environ[k]}" for k in ("BENCH_GROWTH_MEMBERS",
+                                                      "BENCH_GROWTH_PARTITIONS")
+                     if k in os.environ)
+    command = f"{sizes + ' ' if sizes else ''}python -m bench.suite_growth --settling {repeat}"
+    ctx = BenchContext("", repeat=repeat, command=command)
+    raw: dict[str, object] = {"hi_ms": HI_MS, "tick_ms": TICK_MS, "settle": {}}
+    table, plots = settling(ctx, members_sizes, partitions, raw)
+    machine = machine_line()
+    report = SuiteReport("growth-settling", ctx.command, [table], plots, raw)
+    (RESULTS_DIR / "growth-settling.md").write_text(report.markdown(machine))
+    (RESULTS_DIR / "growth-settling.json").write_text(
+        json.dumps({"command": ctx.command, "machine": machine, "raw": raw}, indent=2,
+                   default=str) + "\n")
+    for plot, n in zip(plots, (1, 2, 5), strict=True):
+        draw(plot, PLOTS_DIR / f"growth-{n}.png")
+    print(table.markdown(), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="growth suite worker (run `python -m bench "
                                                  "growth` instead)")
-    parser.add_argument("--share-worker", nargs=4, type=int, required=True,
-                        metavar=("PARTITIONS", "INFLIGHT", "STEADY", "REPEAT"))
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--share-worker", nargs=4, type=int,
+                      metavar=("PARTITIONS", "INFLIGHT", "STEADY", "REPEAT"))
+    mode.add_argument("--settling", type=int, metavar="REPEAT",
+                      help="run the settling part alone, REPEAT seeds")
     args = parser.parse_args()
+    if args.settling is not None:
+        settling_only(args.settling)
+        return
     print(json.dumps(share_worker(*args.share_worker)), flush=True)
 
 

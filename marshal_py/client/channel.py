@@ -144,12 +144,13 @@ class CoordinationChannel:
         written = 0
         now = self.clock.now_ms()
         for topic, partition in self.partitions.items():
-            members = self.rationalizer.members(self.group, topic, now)
-            mine = [m for m in members if m.client_id == me.client_id]
-            if not mine:
-                continue
             last = self.last_checkpoint_ms(topic)
             age = None if last is None else now - last
+            if age is not None and age < self.checkpoint_interval_ms:
+                continue  # not due for anyone (asked first: the rest looks at the members)
+            if not self.rationalizer.member_rank(self.group, topic, me.client_id, now).live:
+                continue
+            members = self.rationalizer.live_members(self.group, topic, now)
             first = members[0].client_id == me.client_id
             due = age is None or age >= (self.checkpoint_interval_ms if first
                                          else 2 * self.checkpoint_interval_ms)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Iterable
+from itertools import chain
 
 from marshal_py.client.engine_types import EngineClock, PartitionSource
 from marshal_py.client.fencing import Fencing, fence_and_read, read_to_end
@@ -185,6 +186,14 @@ class MemberEngine(HoldingMember):
         cap = self.config.max_claims if self.config.max_claims is not None else partitions
         if self.config.balance == "greedy":
             return min(cap, partitions)
+        group = self.config.group_id
+        if self.config.max_claims is None and not self.rationalizer.capacities_announced(
+                group, topic):
+            # Nobody is capped: equal shares, the first N mod M client ids one more. The
+            # rank comes from the rationalizer's index, in O(log M) whatever the group size.
+            rank = self.rationalizer.member_rank(group, topic, self.me.client_id, now)
+            base, extra = divmod(partitions, rank.members)
+            return base + (1 if rank.place < extra else 0)
         return self._fair_targets(topic, partitions, now)[self.me.client_id]
 
     def _fair_targets(self, topic: str, partitions: int, now: int) -> dict[str, int]:
@@ -317,13 +326,15 @@ class MemberEngine(HoldingMember):
         start = self.rng.randrange(count)
         # Claims won and not taken up yet (a take-up failed, or retake()) come first.
         untaken = sorted(p for t, p in self._untaken if t == topic and p < count)
-        order = untaken + [(start + i) % count for i in range(count)]
+        order = chain(untaken, range(start, count), range(start))  # lazily: P may be large
         candidates: list[int] = []
+        chosen: set[int] = set()
         for partition in order:
-            if (topic, partition) in self.holdings or partition in candidates:
+            if (topic, partition) in self.holdings or partition in chosen:
                 continue
             if self._claimable(self._claim(topic, partition), now):
                 candidates.append(partition)
+                chosen.add(partition)
                 if len(candidates) == wanted:
                     break
         if candidates:

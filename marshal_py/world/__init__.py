@@ -6,6 +6,7 @@ from marshal_py.world.lifecycle import (
     DEFAULT_OFFSETS_RETENTION_MS,
     GroupLifecycle,
     GroupState,
+    MemberRank,
 )
 from marshal_py.world.rationalizer import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
@@ -24,6 +25,7 @@ __all__ = [
     "GroupLifecycle",
     "GroupState",
     "KeySharedPartition",
+    "MemberRank",
     "Outcome",
     "Owner",
     "PartitionClaim",

@@ -13,13 +13,23 @@ min-heap, re-armed lazily: a sign of life only moves the member's time, and when
 entry comes due the entry is pushed again at the member's current deadline. So the question
 costs one comparison with the heap's top (:attr:`GroupLife.due`) until a deadline passes, and
 a member costs O(log M) about once per 2 HI, whatever the group's size M.
+
+The views members ask for on every step are kept as cheap: the sorted client ids of the
+tracked members (:meth:`GroupLife.rank`: how many live client ids, and where one stands among
+them, by bisection), the live list (cached until the membership changes) and the member that
+joined first among those that announced a heartbeat interval (a lazily cleaned min-heap of
+join times). They are exact whenever every tracked member is live at the asked time, which
+the deadline heap tells in O(1) after re-arming the entries that came due (a view never
+forgets a member: only a record does); otherwise they fall back to a scan.
 """
 
 from __future__ import annotations
 
 import enum
 import heapq
+from bisect import bisect_left, insort
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from marshal_py.world.state import Owner
 
@@ -56,6 +66,20 @@ class GroupLifecycle:
     intervals: tuple[int | None, ...] = ()
 
 
+class MemberRank(NamedTuple):
+    """Where one client id stands in a (group, topic) pair at some time.
+
+    ``members``: how many client ids have a live member, counting this one among them;
+    ``place``: its position (from 0) in their sorted order; ``live``: whether it has a live
+    member itself. A fair share is ``partitions // members``, one more for the first
+    ``partitions % members`` places.
+    """
+
+    members: int
+    place: int
+    live: bool
+
+
 class GroupLife:
     """Members of one (group, topic) pair and when the pair last had one.
 
@@ -74,6 +98,8 @@ class GroupLife:
 
     __slots__ = (
         "_armed",
+        "_clients",
+        "_first",
         "_heap",
         "_instances",
         "_live_cache",
@@ -111,11 +137,16 @@ class GroupLife:
         self._armed: dict[Owner, int] = {}
         #: Bumped whenever the set of members (or an interval) changes: keys ``_live_cache``.
         self._version = 0
-        self._live_cache: tuple[int, list[Owner]] | None = None
+        self._live_cache: tuple[int, tuple[Owner, ...]] | None = None
         #: Tracked instances per client id, and how many client ids have more than one (only
         #: then does a sign of life change which instance :meth:`live` shows).
         self._instances: dict[str, set[Owner]] = {}
         self.shared = 0
+        #: The keys of ``_instances``, sorted (the client ids of the tracked members).
+        self._clients: list[str] = []
+        #: (joined, member) of members that announced an interval; entries of members
+        #: forgotten, re-joined or without an interval since are left-overs, skipped.
+        self._first: list[tuple[int, Owner]] = []
 
     def configure(self, hi: int, retention_ms: int) -> None:
         """Judge by ``hi`` and ``retention_ms`` (a life read from a checkpoint)."""
@@ -154,8 +185,34 @@ class GroupLife:
         for member in self.members:
             self._instances.setdefault(member.client_id, set()).add(member)
         self.shared = sum(1 for n in self._instances.values() if len(n) > 1)
+        self._clients = sorted(self._instances)
+        self._index_first()
         self._version += 1
         self._refresh_due()
+
+    def _index_first(self) -> None:
+        self._first = [(self.joined[m], m) for m in self.intervals
+                       if m in self.members and m in self.joined]
+        heapq.heapify(self._first)
+
+    def _all_live(self, now_ms: int, hi: int) -> bool:
+        """True when every tracked member is live at ``now_ms`` judged by ``hi`` (then the
+        indexed views are exact). Re-arms the entries that came due for members seen since:
+        the index only, no member is forgotten (records do that, in :meth:`settle`)."""
+        if hi != self.hi or len(self._armed) != len(self.members):
+            return False
+        heap, armed = self._heap, self._armed
+        while heap and heap[0][0] < now_ms:
+            entry, member = heap[0]
+            if armed.get(member) != entry:
+                heapq.heappop(heap)
+                continue
+            deadline = self.deadline(member)
+            if deadline < now_ms:
+                return False  # stale by now; forgotten at the pair's next record
+            armed[member] = deadline
+            heapq.heapreplace(heap, (deadline, member))
+        return True
 
     def settle(self, now_ms: int) -> bool:
         """Before a record at ``now_ms``: stop tracking the members stale by then, and say
@@ -195,7 +252,10 @@ class GroupLife:
                 self.stable_since_ms = ts
             self.joined[member] = ts
             self.members[member] = ts
-            instances = self._instances.setdefault(member.client_id, set())
+            instances = self._instances.get(member.client_id)
+            if instances is None:
+                instances = self._instances[member.client_id] = set()
+                insort(self._clients, member.client_id)
             instances.add(member)
             if len(instances) == 2:
                 self.shared += 1
@@ -214,6 +274,11 @@ class GroupLife:
             if self.intervals.get(member) == interval_ms:
                 return
             self.intervals[member] = interval_ms
+            joined = self.joined.get(member)
+            if joined is not None and member in self.members:
+                heapq.heappush(self._first, (joined, member))
+                if len(self._first) > 2 * len(self.members) + 16:
+                    self._index_first()  # drop the left-overs
         elif self.intervals.pop(member, None) is None:
             return
         self._version += 1
@@ -233,6 +298,7 @@ class GroupLife:
             instances.discard(member)
             if not instances:
                 del self._instances[member.client_id]
+                del self._clients[bisect_left(self._clients, member.client_id)]
             elif len(instances) == 1:
                 self.shared -= 1
         return seen
@@ -269,24 +335,60 @@ class GroupLife:
 
     def live(self, now_ms: int, hi: int) -> list[Owner]:
         """Live members at ``now_ms``: one per client id (the one seen last), sorted."""
-        everyone = hi == self.hi and bool(self._heap) and now_ms <= self._heap[0][0] and \
-            len(self._armed) == len(self.members)
+        return list(self.live_tuple(now_ms, hi))
+
+    def live_tuple(self, now_ms: int, hi: int) -> tuple[Owner, ...]:
+        """:meth:`live` as a tuple, the same object while the live members stay the same
+        (callers may key their own caches on it)."""
+        everyone = bool(self._heap) and self._all_live(now_ms, hi)
         if everyone:
-            # No deadline before ``now_ms``: every tracked member is live, and which instance
-            # of a client was seen last changes only with a new sign of life.
+            # Every tracked member is live, and which instance of a client was seen last
+            # changes only with a new sign of life.
             cached = self._live_cache
             if cached is not None and cached[0] == self._version:
-                return list(cached[1])
+                return cached[1]
         newest: dict[str, tuple[int, Owner]] = {}
         for member, ts in self.members.items():
             if self._live_at(member, ts, now_ms, hi) and (
                     member.client_id not in newest or (ts, member) > newest[member.client_id]):
                 newest[member.client_id] = (ts, member)
-        found = sorted(member for _, member in newest.values())
+        found = tuple(sorted(member for _, member in newest.values()))
         if everyone:
             self._live_cache = (self._version, found)
-            return list(found)
         return found
+
+    def rank(self, client_id: str, now_ms: int, hi: int) -> MemberRank:
+        """Where ``client_id`` stands among the client ids live at ``now_ms`` (see
+        :class:`MemberRank`). O(log M) while every tracked member is live."""
+        if self._all_live(now_ms, hi):
+            clients = self._clients
+        else:
+            clients = sorted({m.client_id for m in self.live_tuple(now_ms, hi)})
+        at = bisect_left(clients, client_id)
+        present = at < len(clients) and clients[at] == client_id
+        return MemberRank(len(clients) + (0 if present else 1), at, present)
+
+    def first_announced(self, now_ms: int, hi: int,
+                        excluding_client: str | None = None) -> Owner | None:
+        """Of the live members at ``now_ms`` that announced a heartbeat interval (leaving
+        ``excluding_client``'s out), the one that joined first (ties: the lowest), or None."""
+        first = self._first
+        joined, members, intervals = self.joined, self.members, self.intervals
+        while first:
+            at, member = first[0]
+            if member in intervals and member in members and joined.get(member) == at:
+                break
+            heapq.heappop(first)  # a left-over
+        if not self.shared and len(joined) == len(members) and self._all_live(now_ms, hi):
+            if not first:
+                return None  # nobody tracked announced one
+            if first[0][1].client_id != excluding_client:
+                return first[0][1]
+        live = [m for m in self.live_tuple(now_ms, hi)
+                if m in intervals and m.client_id != excluding_client]
+        if not live:
+            return None
+        return min(live, key=lambda m: (joined.get(m, members[m]), m))
 
     def empty_since(self, now_ms: int, hi: int) -> int | None:
         """When the pair turned Empty, or None while a member is live at ``now_ms``."""

@@ -17,7 +17,12 @@ from marshal_py.protocol.records import CoordinationRecord
 from marshal_py.world.checkpoint import ClaimState, PairState, decode_state, encode_state
 from marshal_py.world.engine import Core
 from marshal_py.world.key_shared import KeySharedPartition
-from marshal_py.world.lifecycle import DEFAULT_OFFSETS_RETENTION_MS, GroupLife, GroupLifecycle
+from marshal_py.world.lifecycle import (
+    DEFAULT_OFFSETS_RETENTION_MS,
+    GroupLife,
+    GroupLifecycle,
+    MemberRank,
+)
 from marshal_py.world.pairs import Pair
 from marshal_py.world.sequences import PairSequences
 from marshal_py.world.share import InFlightRecord, RecordState, SharePartition
@@ -88,6 +93,10 @@ class Rationalizer(Core):
     def observe(self, observer: Callable[[Outcome], None]) -> None:
         """Call ``observer`` with the outcome of every record applied from now on."""
         self._observers.append(observer)
+
+    def unobserve(self, observer: Callable[[Outcome], None]) -> None:
+        """Stop calling ``observer`` (registered with :meth:`observe`)."""
+        self._observers.remove(observer)
 
     # -- input -----------------------------------------------------------------------------
 
@@ -223,12 +232,31 @@ class Rationalizer(Core):
         life = self._life_of(group, topic)
         if life is None:
             return None
-        live = [m for m in life.live(now_ms, self.config.heartbeat_interval_for(group))
-                if m in life.intervals and m.client_id != excluding_client]
-        if not live:
-            return None
-        first = min(live, key=lambda m: (life.joined.get(m, life.members[m]), m))
-        return first, life.intervals[first]
+        first = life.first_announced(now_ms, self.config.heartbeat_interval_for(group),
+                                     excluding_client)
+        return None if first is None else (first, life.intervals[first])
+
+    def live_members(self, group: str, topic: str, now_ms: int) -> tuple[Owner, ...]:
+        """:meth:`members` as a tuple, without a copy: the same object while the live
+        members stay the same."""
+        life = self._life_of(group, topic)
+        if life is None:
+            return ()
+        return life.live_tuple(now_ms, self.config.heartbeat_interval_for(group))
+
+    def member_rank(self, group: str, topic: str, client_id: str, now_ms: int) -> MemberRank:
+        """Where ``client_id`` stands among the client ids with a live member of ``group``
+        on ``topic`` at ``now_ms``: what a fair share needs, in O(log M) while no member
+        went stale (see :class:`MemberRank`)."""
+        life = self._life_of(group, topic)
+        if life is None:
+            return MemberRank(1, 0, False)
+        return life.rank(client_id, now_ms, self.config.heartbeat_interval_for(group))
+
+    def capacities_announced(self, group: str, topic: str) -> int:
+        """How many tracked members of ``group`` on ``topic`` announced a capacity."""
+        life = self._life_of(group, topic)
+        return 0 if life is None else len(life.capacities)
 
     def member_capacity(self, group: str, topic: str, member: Owner) -> int | None:
         """The most partitions ``member`` announced it will hold, or None for no limit."""
