@@ -51,7 +51,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import json
+import os
 import signal
 import statistics
 import sys
@@ -127,7 +129,40 @@ def worker_main() -> None:
             marshaler.close()
 
 
+class ThreadProfiles:
+    """cProfile of every thread a member starts from now on (and of the calling one), when
+    ``MARSHAL_BENCH_SHARE_PROFILE`` names a directory: one ``.prof`` file per thread there
+    when :meth:`dump` is called (``python -m pstats`` reads them)."""
+
+    def __init__(self, name: str) -> None:
+        self.directory = os.environ.get("MARSHAL_BENCH_SHARE_PROFILE", "")
+        self.name = name
+        self.profiles: dict[str, cProfile.Profile] = {}
+        if not self.directory:
+            return
+        threading.setprofile(self._start_in_thread)
+        self._start(threading.current_thread().name)
+
+    def _start(self, thread: str) -> None:
+        profile = cProfile.Profile(time.thread_time)  # CPU time of that thread
+        self.profiles[thread] = profile
+        profile.enable()
+
+    def _start_in_thread(self, frame: Any, event: str, arg: Any) -> None:
+        del frame, event, arg
+        self._start(threading.current_thread().name)
+
+    def dump(self) -> None:
+        if not self.directory:
+            return
+        threading.setprofile(None)  # type: ignore[arg-type]
+        for thread, profile in self.profiles.items():
+            profile.disable()
+            profile.dump_stats(str(Path(self.directory) / f"{self.name}-{thread}.prof"))
+
+
 def _consume(marshaler: Any, topic: str, work_ms: float) -> dict[str, Any]:
+    profiles = ThreadProfiles(f"member-{os.getpid()}")
     work_s = work_ms / 1000
     cpu_at_go = time.process_time()
     delivered: list[int] = []
@@ -166,6 +201,7 @@ def _consume(marshaler: Any, topic: str, work_ms: float) -> dict[str, Any]:
     if not error:  # on an error the parent is told at once (it aborts the benchmark)
         stopper.join(timeout=30)
     cpu_s = time.process_time() - cpu_at_go
+    profiles.dump()
     stats = consumer.stats
     distinct = sorted(set(delivered))
     repeated = sorted(o for o, n in Counter(delivered).items() if n > 1)
