@@ -155,7 +155,7 @@ class ThreadProfiles:
     def dump(self) -> None:
         if not self.directory:
             return
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
         for thread, profile in self.profiles.items():
             profile.disable()
             profile.dump_stats(str(Path(self.directory) / f"{self.name}-{thread}.prof"))
