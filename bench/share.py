@@ -42,6 +42,10 @@ lock / 10), which caps a member at about ``batch_size / tick`` records/s.
 On 2 cores 8 members (plus the broker and this process) are CPU-bound: the figures there
 measure the machine as much as the protocol.
 
+``MARSHAL_BENCH_SHARE_PROFILE=<dir>`` profiles every member (cProfile of each of its threads,
+by thread CPU time, from go to stop): one ``member-<pid>-<thread>.prof`` per thread in
+``<dir>``, for ``python -m pstats``. Profiling slows the members several times over.
+
 ``--quick`` is a smoke run (N=1,000, R=1) that finishes in well under a minute. Every wait
 is bounded and fails with one line saying what did not happen; the worker processes and the
 broker are stopped whatever happens.
