@@ -42,6 +42,10 @@ lock / 10), which caps a member at about ``batch_size / tick`` records/s.
 On 2 cores 8 members (plus the broker and this process) are CPU-bound: the figures there
 measure the machine as much as the protocol.
 
+``MARSHAL_BENCH_SHARE_PROFILE=<dir>`` profiles every member (cProfile of each of its threads,
+by thread CPU time, from go to stop): one ``member-<pid>-<thread>.prof`` per thread in
+``<dir>``, for ``python -m pstats``. Profiling slows the members several times over.
+
 ``--quick`` is a smoke run (N=1,000, R=1) that finishes in well under a minute. Every wait
 is bounded and fails with one line saying what did not happen; the worker processes and the
 broker are stopped whatever happens.
@@ -51,7 +55,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import json
+import os
 import signal
 import statistics
 import sys
@@ -127,7 +133,40 @@ def worker_main() -> None:
             marshaler.close()
 
 
+class ThreadProfiles:
+    """cProfile of every thread a member starts from now on (and of the calling one), when
+    ``MARSHAL_BENCH_SHARE_PROFILE`` names a directory: one ``.prof`` file per thread there
+    when :meth:`dump` is called (``python -m pstats`` reads them)."""
+
+    def __init__(self, name: str) -> None:
+        self.directory = os.environ.get("MARSHAL_BENCH_SHARE_PROFILE", "")
+        self.name = name
+        self.profiles: dict[str, cProfile.Profile] = {}
+        if not self.directory:
+            return
+        threading.setprofile(self._start_in_thread)
+        self._start(threading.current_thread().name)
+
+    def _start(self, thread: str) -> None:
+        profile = cProfile.Profile(time.thread_time)  # CPU time of that thread
+        self.profiles[thread] = profile
+        profile.enable()
+
+    def _start_in_thread(self, frame: Any, event: str, arg: Any) -> None:
+        del frame, event, arg
+        self._start(threading.current_thread().name)
+
+    def dump(self) -> None:
+        if not self.directory:
+            return
+        threading.setprofile(None)
+        for thread, profile in self.profiles.items():
+            profile.disable()
+            profile.dump_stats(str(Path(self.directory) / f"{self.name}-{thread}.prof"))
+
+
 def _consume(marshaler: Any, topic: str, work_ms: float) -> dict[str, Any]:
+    profiles = ThreadProfiles(f"member-{os.getpid()}")
     work_s = work_ms / 1000
     cpu_at_go = time.process_time()
     delivered: list[int] = []
@@ -166,6 +205,7 @@ def _consume(marshaler: Any, topic: str, work_ms: float) -> dict[str, Any]:
     if not error:  # on an error the parent is told at once (it aborts the benchmark)
         stopper.join(timeout=30)
     cpu_s = time.process_time() - cpu_at_go
+    profiles.dump()
     stats = consumer.stats
     distinct = sorted(set(delivered))
     repeated = sorted(o for o, n in Counter(delivered).items() if n > 1)

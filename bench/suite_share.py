@@ -41,6 +41,10 @@ AcquiringRecords that won records, native from the first record a member receive
 perf test from its first record). Every run checks that each of the N offsets was handed out;
 duplicates are deliveries minus distinct offsets (redeliveries included).
 
+Some rows only: ``MARSHAL_BENCH_SHARE_MEMBERS=1,8`` (member counts, also the perf test's threads)
+and ``MARSHAL_BENCH_SHARE_WORK=0`` (work settings, ms), e.g. ``MARSHAL_BENCH_SHARE_MEMBERS=1,8
+MARSHAL_BENCH_SHARE_WORK=0 python -m bench share``.
+
 On 2 cores 8 members plus the broker (and this process) are CPU-bound: those figures measure
 the machine as much as the protocols.
 
@@ -52,6 +56,7 @@ Time (2 cores, estimated from single full-size native and perf-test runs and the
 
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -61,6 +66,8 @@ from bench.harness import BenchContext
 from bench.report import Measured, Plot, SuiteReport, Table, ratio
 
 HI_S = share.HI_S
+#: Run some rows only: member counts (``1,8``) and work settings in ms (``0``), comma-separated.
+MEMBERS_VAR, WORK_VAR = "MARSHAL_BENCH_SHARE_MEMBERS", "MARSHAL_BENCH_SHARE_WORK"
 
 
 @dataclass(frozen=True)
@@ -76,9 +83,24 @@ class Sizes:
     @classmethod
     def of(cls, quick: bool) -> Sizes:
         if quick:
-            return cls({0.0: (1, 2), 2.0: (2,)}, {0.0: 500, 2.0: 500}, (1,))
-        return cls({0.0: (1, 2, 4, 8), 2.0: (1, 2, 4, 8)}, {0.0: 50_000, 2.0: 5_000},
-                   (1, 2, 4, 8))
+            sizes = cls({0.0: (1, 2), 2.0: (2,)}, {0.0: 500, 2.0: 500}, (1,))
+        else:
+            sizes = cls({0.0: (1, 2, 4, 8), 2.0: (1, 2, 4, 8)}, {0.0: 50_000, 2.0: 5_000},
+                        (1, 2, 4, 8))
+        return sizes.only(os.environ.get(MEMBERS_VAR, ""), os.environ.get(WORK_VAR, ""))
+
+    def only(self, members: str, works: str) -> Sizes:
+        """These rows only: member counts and work settings as comma-separated text (empty:
+        all)."""
+        keep_m = {int(m) for m in members.split(",") if m.strip()}
+        keep_w = {float(w) for w in works.split(",") if w.strip()}
+        rows = {w: tuple(m for m in ms if not keep_m or m in keep_m)
+                for w, ms in self.members.items() if not keep_w or w in keep_w}
+        rows = {w: ms for w, ms in rows.items() if ms}
+        if not rows:
+            raise ValueError(f"{MEMBERS_VAR}={members!r} {WORK_VAR}={works!r} leave no row")
+        return Sizes(rows, {w: self.records[w] for w in rows},
+                     tuple(t for t in self.perf_threads if not keep_m or t in keep_m))
 
 
 @dataclass

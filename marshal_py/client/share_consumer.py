@@ -34,6 +34,9 @@ AckMode = Literal["implicit", "explicit"]
 #: is sampled.
 ACQUIRE_AHEAD_S = 0.2
 RATE_SAMPLE_S = 0.1
+#: A fetch position more than this many offsets before the next acquired one seeks forward
+#: (other members hold what lies between) instead of reading through it.
+SEEK_AHEAD = 100
 TP = tuple[str, int]
 
 
@@ -175,7 +178,9 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
                     # coordination thread keeps trying; this poll just returns nothing.
                     log.warning("cannot acquire share records now: %s", exc)
             wanted = {tp: min(offsets) for tp, offsets in self._to_fetch.items() if offsets}
-            span = sum(max(o) - min(o) + 1 for o in self._to_fetch.values() if o)
+            # Fetch the first run of consecutive acquired offsets of each partition: what
+            # lies past it (other members' regions) is skipped by a seek, not parsed.
+            span = sum(_run_from(self._to_fetch[tp], first) for tp, first in wanted.items())
         if not wanted:
             self._stop.wait(min(timeout_s, 0.05))
             return
@@ -185,7 +190,7 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         starts: dict[TP, int] = {}
         for tp, first in wanted.items():
             position = self._fetcher.position(*tp) if tp in assigned else None
-            if position is None or position > first or position < first - 1_000:
+            if position is None or position > first or position < first - SEEK_AHEAD:
                 self._fetcher.seek(*tp, first)
                 position = first
             starts[tp] = position
@@ -337,3 +342,10 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
     def __enter__(self) -> ShareConsumer:
         return self
 
+
+def _run_from(offsets: dict[int, int], first: int) -> int:
+    """How many consecutive offsets of ``offsets`` begin at ``first``."""
+    n = 1
+    while first + n in offsets:
+        n += 1
+    return n

@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 import random
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from marshal_py.client.engine_types import EngineClock, PartitionSource
 from marshal_py.client.member_base import GroupMember, MemberConfig
+from marshal_py.client.share_regions import RegionPicker, region_size
 from marshal_py.errors import ConfigurationError, MarshalError
 from marshal_py.log.base import CoordinationLog
 from marshal_py.protocol import (
@@ -109,6 +110,12 @@ class ShareEngine(GroupMember[ShareConfig]):
         #: acknowledgement (suspended, closed, dropped, a topic deleted, a lock elapsed): a
         #: consumer's copies of lock expiries taken before it are no proof of holding.
         self.drops = 0
+        #: Per partition: which regions of the in-flight window this member asks for.
+        self._pickers: dict[TP, RegionPicker] = {}
+        #: How long another member's region may stay Available before this one takes it:
+        #: two ticks of the coordination thread (min(1 s, HI / 5, lock / 10)).
+        self._steal_after_ms = 2 * min(1_000, config.heartbeat_interval_ms // 5,
+                                       config.lock_ms // 10)
 
     def _drop_all(self) -> None:
         self.drops += 1
@@ -232,9 +239,10 @@ class ShareEngine(GroupMember[ShareConfig]):
                 until: int | None = None, *, duties: bool = False) -> list[tuple[int, int]]:
         """Acquire up to ``max_records`` records of a partition; return (offset, delivery
         count) of those granted, in offset order. With ``duties``, records owed a dead
-        letter come first (granted as duties: see :attr:`duties`), then Available
-        redeliveries, then new records up to the partition's end (or ``until``, exclusive);
-        members start new ranges at different places."""
+        letter come first (granted as duties: see :attr:`duties`), then Available records
+        up to the partition's end (or ``until``, exclusive) in this member's regions of the
+        in-flight window, then, if that is short, those of other members' regions left
+        Available for two ticks (:mod:`marshal_py.client.share_regions`)."""
         share = self.rationalizer.share_partition(self.config.group_id, topic, partition)
         if share is None or self._closed or self.suspended or \
                 topic in self.topic_watch.missing:
@@ -246,27 +254,26 @@ class ShareEngine(GroupMember[ShareConfig]):
         if until is not None:
             limit = min(limit, until)
         mine = self.held.get((topic, partition), {})
-        view = share.in_flight(now)
-        candidates = [r.offset for r in view if r.state is RecordState.DEAD_LETTER
-                      and r.offset not in mine][:wanted] if duties else []
-        candidates += [r.offset for r in view
-                       if r.state is RecordState.AVAILABLE and r.offset < limit
-                       and r.offset not in mine][:wanted - len(candidates)]
-        if len(candidates) < wanted and share.speo < limit:
-            # New records: member i of M starts i batches past the SPEO, so that members
-            # joining the race for new records mostly ask for different ones.
-            members = sorted(set(self.rationalizer.members(self.config.group_id, topic, now))
-                             | {self.me}, key=lambda o: (o.client_id, o.instance_id))
-            room = wanted - len(candidates)
-            first = share.speo + members.index(self.me) * room
-            if first >= limit:
-                first = share.speo
-            candidates += range(first, min(first + room, limit))
+        runs = share.runs_between(share.spso, limit - 1, now)
+        candidates = [offset for a, b, view in runs if view.state is RecordState.DEAD_LETTER
+                      for offset in range(a, b + 1) if offset not in mine][:wanted] \
+            if duties and share.dead_letter_topic else []
+        if len(candidates) < wanted:
+            members = self.rationalizer.members(self.config.group_id, topic, now)
+            if self.me not in members:
+                members = sorted([*members, self.me],
+                                 key=lambda o: (o.client_id, o.instance_id))
+            picker = self._pickers.setdefault((topic, partition), RegionPicker())
+            candidates += picker.pick(
+                runs, wanted - len(candidates), members.index(self.me), len(members),
+                region_size(share.inflight_limit, len(members)), mine, now,
+                self._steal_after_ms)
         if not candidates:
             return []
+        ranges = ranges_of(candidates)
         message = AcquiringRecords(now // 1000, self.me.instance_id, self.me.client_id,
                                    self.config.group_id, topic, partition,
-                                   format_ranges(ranges_of(candidates)), self.config.lock_ms)
+                                   format_ranges(ranges), self.config.lock_ms)
         # Queued acknowledgements go first, in the same round trip: they free the in-flight
         # window (and move the SPSO) before the acquisition applies.
         messages = [*self._acknowledgements(), message]
@@ -276,20 +283,28 @@ class ShareEngine(GroupMember[ShareConfig]):
         self.channel.read_back(written)  # the log decided which of them are ours
         granted = []
         expiries = self._lock_expiry[(topic, partition)]
-        wanted_set = set(candidates)
-        for record in self.rationalizer.acquired_by(self.me, self.config.group_id, topic,
-                                                    partition, self.clock.now_ms()):
-            if record.offset in wanted_set and record.offset not in mine:
-                self.held[(topic, partition)][record.offset] = record.delivery_count
+        held = self.held[(topic, partition)]
+        now = self.clock.now_ms()
+        after = self.rationalizer.share_partition(self.config.group_id, topic, partition)
+        for first, last in ranges if after is not None else ():
+            assert after is not None
+            for a, b, record in after.runs_between(first, last, now):
+                if record.state is not RecordState.ACQUIRED or record.holder != self.me:
+                    continue
                 assert record.lock_expiry_ms is not None
-                expiries[record.offset] = record.lock_expiry_ms
-                granted.append((record.offset, record.delivery_count))
-                if record.duty:
-                    self.duties[(topic, partition)][record.offset] = record
-                    self.stats.duties += 1
+                for offset in range(a, b + 1):
+                    if offset in mine:
+                        continue
+                    held[offset] = record.delivery_count
+                    expiries[offset] = record.lock_expiry_ms
+                    granted.append((offset, record.delivery_count))
+                    if record.duty:
+                        self.duties[(topic, partition)][offset] = replace(record, offset=offset)
+                        self.stats.duties += 1
         self.stats.records_acquired += len(granted)
         self.stats.records_void += len(candidates) - len(granted)
-        return sorted(granted)
+        granted.sort()
+        return granted
 
     def _end_of(self, topic: str, partition: int, speo: int) -> int:
         """The partition's end for acquiring new records: the one last asked for, asked again

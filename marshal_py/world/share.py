@@ -408,10 +408,19 @@ class SharePartition:
 
     def _window(self, now_ms: int | None) -> list[tuple[int, int, InFlightRecord]]:
         """[SPSO, SPEO) as runs of one view each: (first, last, view of ``first``)."""
+        return self.runs_between(self.spso, self.speo - 1, now_ms)
+
+    def runs_between(self, first: int, last: int,
+                     now_ms: int | None = None) -> list[tuple[int, int, InFlightRecord]]:
+        """The records of [first, last] from the SPSO on, as runs of one view each: (first,
+        last, view of the run's first offset), in offset order. Offsets at or past the SPEO
+        are Available, never delivered. With ``now_ms``, locks elapsed by then are shown as
+        in :meth:`in_flight`. Costs a few operations per run, not per offset."""
         out: list[tuple[int, int, InFlightRecord]] = []
-        if self.spso >= self.speo:
+        first = max(first, self.spso)
+        if first > last:
             return out
-        for a, b, state in self._pieces(self.spso, self.speo - 1)[2]:
+        for a, b, state in self._pieces(first, last)[2]:
             view = (InFlightRecord(a, _AVAILABLE, 0, None, None) if state is None
                     else InFlightRecord(a, *state))
             if (now_ms is not None and view.state is _ACQUIRED
