@@ -108,6 +108,8 @@ class Core(Modes, ExclusiveRules):
         self._counts = [0] * len(VERDICTS)
         #: A sent-at field already found canonical (records of one second share it).
         self._sent_ok = b"0"
+        #: The sent-at field of the last signed record the fast path read, in milliseconds.
+        self._signed_sent = (b"0", 0)
         #: The outcome's detail and expiry flag of the record being applied (read only when
         #: an outcome is made).
         self._detail = ""
