@@ -48,7 +48,6 @@ from marshal_py.protocol.messages import (
     id_problem,
 )
 from marshal_py.protocol.placement import coordination_partition
-from marshal_py.world.checkpoint import ClaimState
 from marshal_py.world.exclusive import ExclusiveRules
 from marshal_py.world.lifecycle import GroupLife
 from marshal_py.world.modes import Modes
@@ -108,7 +107,9 @@ class Core(Modes, ExclusiveRules):
         self._last_timestamp: dict[int, int] = {}
         self._counts = [0] * len(VERDICTS)
         #: A sent-at field already found canonical (records of one second share it).
-        self._sent_ok = b""
+        self._sent_ok = b"0"
+        #: The sent-at field of the last signed record the fast path read, in milliseconds.
+        self._signed_sent = (b"0", 0)
         #: The outcome's detail and expiry flag of the record being applied (read only when
         #: an outcome is made).
         self._detail = ""
@@ -182,6 +183,10 @@ class Core(Modes, ExclusiveRules):
                                     partition)
         return route
 
+    def _claims_replaced(self) -> None:
+        """A pair's claims were emptied or replaced: drop the routes (they cache claims)."""
+        self._routes.clear()
+
     def _life(self, pair: Pair, ts: int) -> GroupLife:
         """The pair's membership before a record at ``ts`` applies: stale members pruned,
         and everything forgotten first if the pair has been Empty past the retention."""
@@ -190,6 +195,7 @@ class Core(Modes, ExclusiveRules):
             return pair.new_life()
         if ts > life.due and life.settle(ts):
             pair.clear()
+            self._claims_replaced()
             self.expired_groups += 1
             self._expired_now = True
             return pair.new_life()
@@ -210,17 +216,19 @@ class Core(Modes, ExclusiveRules):
         # The coordination partition being read, its next position and last time: kept here
         # while records come from it, written back when another one's come (and at the end).
         at_p: int | None = None
-        at_next = ts = 0
-        at_moved = False
+        at_next = at_start = ts = 0
+        # Heartbeats applied by the inline path, counted here and added at the end.
+        beats = 0
         try:
             for record in records:
                 p = record.partition
                 if p != at_p:
                     if at_p is not None:
                         next_position[at_p] = at_next
-                        if at_moved:
+                        if at_next != at_start:
                             last_timestamp[at_p] = ts
-                    at_p, at_next, at_moved = p, next_position.get(p, 0), False
+                    at_p = p
+                    at_next = at_start = next_position.get(p, 0)
                 pos = record.position
                 if pos < at_next:
                     counts[DUPLICATE] += 1
@@ -229,74 +237,83 @@ class Core(Modes, ExclusiveRules):
                     continue
                 at_next = pos + 1
                 ts = record.timestamp_ms
-                at_moved = True
                 if want:
                     self._detail = ""
                     self._expired_now = False
                 value = record.value
                 code = -1
-                if value is not None:
-                    parts = value.split(b"/", 3)
-                    if len(parts) == 4 and (parts[2] == sent_ok or natural(parts[2])):
-                        sent_ok = parts[2]
-                        kind = parts[0]
-                        if kind == b"Heartbeat":
-                            if parts[1] == b"1":
-                                key, _, raw = parts[3].rpartition(b"/")
-                                route = routes.get(key) or self._route_of(key, True)
-                                # The offset: canonical, at most 18 digits (within int64).
-                                if (route is not None and route.home == p
-                                        and pos >= route.pair.open_from and raw.isdigit()
-                                        and len(raw) < 19 and (raw[0] != 48 or len(raw) == 1)):
-                                    life = route.pair.life
-                                    if life is None or ts > life.due:
-                                        life = life_of(route.pair, ts)
-                                    claim = route.claims.get(route.partition)
-                                    if claim is None:
-                                        claim = route.claims[route.partition] = ClaimState()
-                                    sender = route.owner
-                                    if claim.owner != sender:
-                                        code = NOT_OWNER
-                                    else:
-                                        claim.last_heartbeat_ms = ts
-                                        if not claim.transactional:
-                                            claim.committed_offset = int(raw)
-                                        announced = life.intervals.get(sender)
-                                        if announced is not None:
-                                            claim.heartbeat_interval_ms = announced
-                                        members = life.members
-                                        seen = members.get(sender)
-                                        if seen is not None and ts >= seen:
-                                            members[sender] = ts
-                                            if life.shared:
-                                                life.forget_live_view()
-                                        else:
-                                            life.seen(sender, ts)
-                                        code = HEARTBEAT
-                        elif kind == b"ClaimingPartition" or kind == b"ReleasingPartition" \
-                                or kind == b"ClaimingMessages":
-                            if parts[1] == b"1":
-                                raw = b"0"
-                                if kind == b"ClaimingPartition":
-                                    key = parts[3]
+                try:
+                    # Type, version, the sender's time, the rest (ValueError: fewer fields;
+                    # AttributeError: a tombstone, for the general path).
+                    kind, version, sent, rest = value.split(b"/", 3)  # type: ignore[union-attr]
+                except (ValueError, AttributeError):
+                    kind = version = sent = rest = b""  # "" is never a canonical sent-at
+                if sent == sent_ok or (kind != b"Signed" and natural(sent)):
+                    sent_ok = sent
+                    if kind == b"Heartbeat" and version == b"1":
+                        key, _, raw = rest.rpartition(b"/")
+                        route = routes.get(key) or self._route_of(key, True)
+                        # The offset: canonical, at most 18 digits (within int64); 0 goes
+                        # the general way.
+                        if (route is not None and route.home == p
+                                and pos >= route.pair.open_from and raw.isdigit()
+                                and len(raw) < 19 and raw[0] != 48):
+                            life = route.pair.life
+                            if life is None or ts > life.due:
+                                life = life_of(route.pair, ts)
+                                route.claim = None  # the pair may have expired
+                            claim = route.claim
+                            if claim is None:
+                                claim = route.pair.claim(route.partition)
+                                route.claim = claim
+                            sender = route.owner
+                            owner = claim.owner
+                            if owner is not sender and owner != sender:
+                                code = NOT_OWNER
+                            else:
+                                claim.last_heartbeat_ms = ts
+                                if not claim.transactional:
+                                    claim.committed_offset = int(raw)
+                                announced = life.intervals.get(sender)
+                                if announced is not None:
+                                    claim.heartbeat_interval_ms = announced
+                                members = life.members
+                                seen = members.get(sender)
+                                if seen is not None and ts >= seen:
+                                    members[sender] = ts
+                                    if life.shared:
+                                        life.forget_live_view()
                                 else:
-                                    key, _, raw = parts[3].rpartition(b"/")
-                                route = routes.get(key) or self._route_of(key, True)
-                                if (route is not None and route.home == p
-                                        and pos >= route.pair.open_from and natural(raw)):
-                                    life = route.pair.life
-                                    if life is None or ts > life.due:
-                                        life = life_of(route.pair, ts)
-                                    if kind == b"ClaimingPartition":
-                                        code = self._claim(route, life, ts)
-                                    elif kind == b"ReleasingPartition":
-                                        code = self._release(route, ts, int(raw))
-                                    else:
-                                        code = self._messages(route, int(raw))
-                        elif kind == b"MemberHeartbeat" and b"%" not in value:
-                            code = self._fast_member(parts, p, pos, ts)
-                    elif len(parts) == 4 and parts[0] == b"Signed" and parts[1] == b"3":
-                        code = apply_signed(self, parts[2], parts[3], p, pos, ts)
+                                    life.seen(sender, ts)
+                                if not want:
+                                    beats += 1
+                                    continue
+                                code = HEARTBEAT
+                    elif kind == b"ClaimingPartition" or kind == b"ReleasingPartition" \
+                            or kind == b"ClaimingMessages":
+                        if version == b"1":
+                            raw = b"0"
+                            if kind == b"ClaimingPartition":
+                                key = rest
+                            else:
+                                key, _, raw = rest.rpartition(b"/")
+                            route = routes.get(key) or self._route_of(key, True)
+                            if (route is not None and route.home == p
+                                    and pos >= route.pair.open_from and natural(raw)):
+                                life = route.pair.life
+                                if life is None or ts > life.due:
+                                    life = life_of(route.pair, ts)
+                                    route.claim = None
+                                if kind == b"ClaimingPartition":
+                                    code = self._claim(route, life, ts)
+                                elif kind == b"ReleasingPartition":
+                                    code = self._release(route, ts, int(raw))
+                                else:
+                                    code = self._messages(route, int(raw))
+                    elif kind == b"MemberHeartbeat" and b"%" not in rest:
+                        code = self._fast_member(version, rest, p, pos, ts)
+                elif kind == b"Signed" and version == b"3":
+                    code = apply_signed(self, sent, rest, p, pos, ts)
                 if code < 0:
                     code = general(value, p, pos, ts)
                 counts[code] += 1
@@ -304,16 +321,17 @@ class Core(Modes, ExclusiveRules):
                     outcomes.append(Outcome.lazy(record, code, self._detail, self._expired_now))
         finally:
             self._sent_ok = sent_ok
+            counts[HEARTBEAT] += beats
             if at_p is not None:
                 next_position[at_p] = at_next
-                if at_moved:
+                if at_next != at_start:
                     last_timestamp[at_p] = ts
         return outcomes
 
-    def _fast_member(self, parts: list[bytes], p: int, pos: int, ts: int) -> int:
+    def _fast_member(self, version: bytes, rest: bytes, p: int, pos: int, ts: int) -> int:
         """A MemberHeartbeat (version 2 or 3, nothing escaped) from the bytes; -1 when the
         general path must read it."""
-        fields = member_fields(parts[1], parts[3])
+        fields = member_fields(version, rest)
         if fields is None:
             return -1
         route = self._member_routes.get(fields[0]) or self._route_of(fields[0], False)

@@ -33,7 +33,9 @@ class ExclusiveRules:
 
     def _heartbeat(self, route: Route, life: GroupLife, ts: int, offset: int) -> int:
         """A heartbeat from the partition's owner (the caller checked it is)."""
-        claim = route.pair.claim(route.partition)
+        claim = route.claim
+        if claim is None:
+            claim = route.claim = route.pair.claim(route.partition)
         claim.last_heartbeat_ms = ts
         if not claim.transactional:  # an exactly-once offset moves by transactions only
             claim.committed_offset = offset

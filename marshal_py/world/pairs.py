@@ -109,7 +109,7 @@ class Pair:
 class Route:
     """A sender and the partition (or, for membership records, the topic) it writes about."""
 
-    __slots__ = ("claims", "home", "owner", "pair", "partition")
+    __slots__ = ("claim", "claims", "home", "owner", "pair", "partition")
 
     def __init__(self, owner: Owner, pair: Pair, partition: int) -> None:
         self.owner = owner
@@ -118,3 +118,6 @@ class Route:
         self.home = pair.home
         #: The pair's claims (the same dict for the pair's whole life).
         self.claims = pair.claims
+        #: ``claims[partition]`` once looked up (None: not yet). The rationalizer drops its
+        #: routes whenever a pair's claims are emptied or replaced (expiry, restore).
+        self.claim: ClaimState | None = None

@@ -144,6 +144,7 @@ class Rationalizer(Core):
         state = decode_state(checkpoint.state)
         pair = self._pair(checkpoint.group_id, checkpoint.topic)
         pair.clear()
+        self._claims_replaced()
         state.life.configure(pair.hi, pair.retention_ms)
         pair.life = state.life
         pair.claims.update(state.claims)

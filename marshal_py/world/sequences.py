@@ -41,16 +41,17 @@ class PairSequences:
 
     sequenced: bool = False
     last: dict[Owner, tuple[int, int]] = field(default_factory=dict)
-    #: No entry is older than this (unknown at first: entries may be set directly).
-    _oldest: int = field(default=_UNKNOWN, init=False, repr=False, compare=False)
+    #: No entry is older than this (unknown at first: entries may be set directly). The
+    #: signed fast path reads it to skip :meth:`forget_older_than` in one comparison.
+    oldest: int = field(default=_UNKNOWN, init=False, repr=False, compare=False)
 
     def forget_older_than(self, horizon_ms: int) -> None:
         """Drop the entries whose broker time is before ``horizon_ms``."""
-        if horizon_ms <= self._oldest:
+        if horizon_ms <= self.oldest:
             return
         for sender in [s for s, (_, ts) in self.last.items() if ts < horizon_ms]:
             del self.last[sender]
-        self._oldest = min((ts for _, ts in self.last.values()), default=2**63)
+        self.oldest = min((ts for _, ts in self.last.values()), default=2**63)
 
     def replayed(self, sender: Owner, seq: int) -> int | None:
         """The last accepted number of ``sender`` when ``seq`` is not above it, else None."""
@@ -61,8 +62,8 @@ class PairSequences:
         """``sender``'s record numbered ``seq`` was accepted at broker time ``ts``."""
         self.last[sender] = (seq, ts)
         self.sequenced = True
-        if ts < self._oldest:
-            self._oldest = ts
+        if ts < self.oldest:
+            self.oldest = ts
 
     def is_empty(self) -> bool:
         """Nothing to remember (a pair that never saw a version 3 record)."""

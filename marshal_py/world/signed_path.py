@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from marshal_py.protocol.auth import MAC_CHARS
 from marshal_py.protocol.messages import MAX_ANNOUNCED_INTERVAL_MS
 from marshal_py.world.sequences import PairSequences, sequence_refusal
-from marshal_py.world.verdicts import NOT_OWNER, REJECTED
+from marshal_py.world.verdicts import HEARTBEAT, NOT_OWNER, REJECTED
 
 if TYPE_CHECKING:
     from marshal_py.world.engine import Core
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 #: base64 -> base64url.
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
+_b64 = binascii.b2a_base64
+compare_digest = hmac.compare_digest
 
 
 def natural(raw: bytes) -> bool:
@@ -111,30 +113,37 @@ def apply_signed(core: Core, raw_id: bytes, rest: bytes, p: int, pos: int, ts: i
     """Apply a ``Signed/3/<raw_id>/<rest>`` record read at position ``pos`` of coordination
     partition ``p`` at broker time ``ts``: its verdict code, or -1 (nothing changed) when the
     general path must read it."""
-    fields = rest.split(b"/", 2)
-    if len(fields) != 3:
+    try:
+        raw_seq, raw_mac, body = rest.split(b"/", 2)
+        kind, version, sent, tail = body.split(b"/", 3)
+    except ValueError:
         return -1
-    raw_seq, raw_mac, body = fields
-    if len(raw_mac) != MAC_CHARS or not natural(raw_seq):
+    # The sequence number and the sent-at time: canonical, within int64 (a 0 goes the
+    # general way).
+    if len(raw_mac) != MAC_CHARS or not (raw_seq.isdigit() and len(raw_seq) < 19
+                                         and raw_seq[0] != 48):
         return -1
-    parts = body.split(b"/", 3)
-    if len(parts) != 4 or not natural(parts[2]):
-        return -1
-    kind, version = parts[0], parts[1]
+    # Records of one second share their sent-at field: checked and read once.
+    last_sent, sent_ms = core._signed_sent
+    if sent != last_sent:
+        if not (sent.isdigit() and len(sent) < 19 and sent[0] != 48):
+            return -1
+        sent_ms = int(sent) * 1000
+        core._signed_sent = (sent, sent_ms)
     raw = b"0"
     member: tuple[bytes, bool, int, int] | None = None
     route: Route | None
     if kind == b"Heartbeat" or kind == b"ReleasingPartition" or kind == b"ClaimingMessages":
-        key, _, raw = parts[3].rpartition(b"/")
+        key, _, raw = tail.rpartition(b"/")
         if version != b"1" or not natural(raw):
             return -1
         route = core._routes.get(key) or core._route_of(key, True)
     elif kind == b"ClaimingPartition":
         if version != b"1":
             return -1
-        route = core._routes.get(parts[3]) or core._route_of(parts[3], True)
+        route = core._routes.get(tail) or core._route_of(tail, True)
     elif kind == b"MemberHeartbeat":
-        member = member_fields(version, parts[3]) if b"%" not in body else None
+        member = member_fields(version, tail) if b"%" not in body else None
         if member is None:
             return -1
         route = core._member_routes.get(member[0]) or core._route_of(member[0], False)
@@ -144,32 +153,83 @@ def apply_signed(core: Core, raw_id: bytes, rest: bytes, p: int, pos: int, ts: i
         return -1
     pair = route.pair
     macs = pair.macs
+    skew = core.config.auth_max_skew_ms
     if macs is None or route.home != p or pos < pair.before \
-            or abs(ts - int(parts[2]) * 1000) > core.config.auth_max_skew_ms \
-            or not _authentic(macs, raw_id, raw_seq, raw_mac, body):
+            or not -skew <= ts - sent_ms <= skew:
+        return -1
+    # The MAC (:func:`_authentic`, inline).
+    keyed = macs.get(raw_id)
+    if keyed is None:
+        return -1
+    signed = raw_seq + b"\n" + body
+    for keyed_inner, keyed_outer in keyed:
+        inner = keyed_inner.copy()
+        inner.update(signed)
+        outer = keyed_outer.copy()
+        outer.update(inner.digest())
+        if compare_digest(_b64(outer.digest(), newline=False)[:MAC_CHARS].translate(_URLSAFE),
+                          raw_mac):
+            break
+    else:
         return -1
     # Authentic, in place, after the checkpoint: from here on the general path's steps.
-    core.signed_groups.add(pair.group)
+    group = pair.group
+    signed_groups = core.signed_groups
+    if group not in signed_groups:
+        signed_groups.add(group)
+    # The replay guard (sequences.sequence_refusal, inline for the common case: a number
+    # above the sender's last one).
     sequences = pair.sequences
     if sequences is None:
         sequences = pair.sequences = PairSequences()
-    why = sequence_refusal(sequences, route.owner, int(raw_seq), ts,
-                           core.config.auth_max_skew_ms)
-    if why is not None:
-        core.rejected[pair.group] += 1
+    sender = route.owner
+    seq = int(raw_seq)
+    horizon = ts - 2 * skew
+    if horizon > sequences.oldest:
+        sequences.forget_older_than(horizon)
+    last = sequences.last
+    entry = last.get(sender)
+    if entry is not None and seq <= entry[0]:
+        why = sequence_refusal(sequences, sender, seq, ts, skew)
+        assert why is not None
+        core.rejected[group] += 1
         core._detail = why
         return REJECTED
+    last[sender] = (seq, ts)
+    sequences.sequenced = True
+    if ts < sequences.oldest:
+        sequences.oldest = ts
     life = pair.life
     if life is None or ts > life.due:
         life = core._life(pair, ts)
+        route.claim = None  # the pair may have expired
     if member is not None:
-        return core._membership(life, route.owner, ts, member[1], member[2], member[3])
+        return core._membership(life, sender, ts, member[1], member[2], member[3])
+    if kind == b"Heartbeat":
+        claim = route.claim
+        if claim is None:
+            claim = route.claim = pair.claim(route.partition)
+        owner = claim.owner
+        if owner is not sender and owner != sender:
+            return NOT_OWNER
+        # ExclusiveRules._heartbeat, inline.
+        claim.last_heartbeat_ms = ts
+        if not claim.transactional:
+            claim.committed_offset = int(raw)
+        announced = life.intervals.get(sender)
+        if announced is not None:
+            claim.heartbeat_interval_ms = announced
+        members = life.members
+        seen = members.get(sender)
+        if seen is not None and ts >= seen:
+            members[sender] = ts
+            if life.shared:
+                life.forget_live_view()
+        else:
+            life.seen(sender, ts)
+        return HEARTBEAT
     if kind == b"ClaimingPartition":
         return core._claim(route, life, ts)
-    if kind == b"Heartbeat":
-        if pair.claim(route.partition).owner != route.owner:
-            return NOT_OWNER
-        return core._heartbeat(route, life, ts, int(raw))
     if kind == b"ReleasingPartition":
         return core._release(route, ts, int(raw))
     return core._messages(route, int(raw))
