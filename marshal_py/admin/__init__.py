@@ -1,5 +1,36 @@
-"""Read-side tools over the coordination log: world views for the CLI and audits."""
+"""Read-side tools over the coordination log: world views for the CLI and audits.
 
-from marshal_py.admin.world_view import StateRow, WorldView, load_world, state_rows
+The names below are imported on first use (PEP 562), so that importing one module of this
+package does not import all of them.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from marshal_py.admin.world_view import StateRow, WorldView, load_world, state_rows
+
+#: Public name -> the module that defines it (imported when first used).
+_LAZY: dict[str, str] = {
+    "StateRow": "marshal_py.admin.world_view",
+    "WorldView": "marshal_py.admin.world_view",
+    "load_world": "marshal_py.admin.world_view",
+    "state_rows": "marshal_py.admin.world_view",
+}
 
 __all__ = ["StateRow", "WorldView", "load_world", "state_rows"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # later lookups find it without coming here again
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -9,17 +9,38 @@ nodes forming one cluster (for failure tests: kill a node, restart it, ask who l
 
 The click command lives in :mod:`marshal_py.cli.dev_broker` (not imported here, so that
 ``python -m marshal_py.cli.dev_broker`` runs cleanly).
+
+The names below are imported on first use (PEP 562), so that importing one module of this
+package does not import all of them.
 """
 
-from marshal_py.devbroker.broker import DevBroker
-from marshal_py.devbroker.cluster import DevCluster, PartitionState
-from marshal_py.devbroker.jars import (
-    KAFKA_VERSION,
-    KAFKA_VERSIONS,
-    default_cache_dir,
-    pinned_kafka_version,
-    resolve_kafka_jars,
-)
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from marshal_py.devbroker.broker import DevBroker
+    from marshal_py.devbroker.cluster import DevCluster, PartitionState
+    from marshal_py.devbroker.jars import (
+        KAFKA_VERSION,
+        KAFKA_VERSIONS,
+        default_cache_dir,
+        pinned_kafka_version,
+        resolve_kafka_jars,
+    )
+
+#: Public name -> the module that defines it (imported when first used).
+_LAZY: dict[str, str] = {
+    "DevBroker": "marshal_py.devbroker.broker",
+    "DevCluster": "marshal_py.devbroker.cluster",
+    "KAFKA_VERSION": "marshal_py.devbroker.jars",
+    "KAFKA_VERSIONS": "marshal_py.devbroker.jars",
+    "PartitionState": "marshal_py.devbroker.cluster",
+    "default_cache_dir": "marshal_py.devbroker.jars",
+    "pinned_kafka_version": "marshal_py.devbroker.jars",
+    "resolve_kafka_jars": "marshal_py.devbroker.jars",
+}
 
 __all__ = [
     "KAFKA_VERSION",
@@ -31,3 +52,16 @@ __all__ = [
     "pinned_kafka_version",
     "resolve_kafka_jars",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # later lookups find it without coming here again
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

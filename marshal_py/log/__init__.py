@@ -2,16 +2,36 @@
 
 A log knows records as bytes with positions and broker stamps, not what they mean; reading
 one into a rationalizer is :mod:`marshal_py.replay`.
+
+The names below are imported on first use (PEP 562), so that importing one module of this
+package does not import all of them.
 """
 
-from marshal_py.log.base import CoordinationLog
-from marshal_py.log.kafka import (
-    DEFAULT_COORDINATION_PARTITIONS,
-    DEFAULT_COORDINATION_TOPIC,
-    KafkaLog,
-    KafkaLogConfig,
-)
-from marshal_py.log.memory import MemoryLog, VirtualClock
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from marshal_py.log.base import CoordinationLog
+    from marshal_py.log.kafka import (
+        DEFAULT_COORDINATION_PARTITIONS,
+        DEFAULT_COORDINATION_TOPIC,
+        KafkaLog,
+        KafkaLogConfig,
+    )
+    from marshal_py.log.memory import MemoryLog, VirtualClock
+
+#: Public name -> the module that defines it (imported when first used).
+_LAZY: dict[str, str] = {
+    "CoordinationLog": "marshal_py.log.base",
+    "DEFAULT_COORDINATION_PARTITIONS": "marshal_py.log.kafka",
+    "DEFAULT_COORDINATION_TOPIC": "marshal_py.log.kafka",
+    "KafkaLog": "marshal_py.log.kafka",
+    "KafkaLogConfig": "marshal_py.log.kafka",
+    "MemoryLog": "marshal_py.log.memory",
+    "VirtualClock": "marshal_py.log.memory",
+}
 
 __all__ = [
     "DEFAULT_COORDINATION_PARTITIONS",
@@ -22,3 +42,16 @@ __all__ = [
     "MemoryLog",
     "VirtualClock",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # later lookups find it without coming here again
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -56,6 +56,7 @@ from marshal_py.log.kafka_fetch import collect, install
 from marshal_py.log.kafka_identity import TopicWatch, patiently, topic_id_of
 from marshal_py.log.kafka_index import (
     IndexClients,
+    IndexSoFar,
     append_index,
     check_counts,
     load_layout,
@@ -191,13 +192,16 @@ class KafkaLog:
         #: The coordination topic's partition count in its metadata (at least the layout's).
         self.metadata_partition_count = 0
         self._partition_count = 0
+        #: The last read of the index, continued by the next one (kafka_index.IndexSoFar).
+        self._index_so_far = IndexSoFar()
         try:
             check_credentials(config)  # a refused login now, not after the timeout
             self._admin = KafkaAdminClient(**config.client_config(KafkaAdminClient))
             described = self._ensure_topic()
             self.metadata_partition_count = len(described["partitions"])
             self._partition_count = load_layout(
-                config, IndexClients(self._admin, self._get_consumer, self._get_producer),
+                config, IndexClients(self._admin, self._get_consumer, self._get_producer,
+                                     self._index_so_far),
                 topic_id=kafka_topic_id(self.topic_id),
                 metadata_count=self.metadata_partition_count,
                 replication=_replication(described), writer=new_instance_id())
@@ -536,7 +540,7 @@ class KafkaLog:
         return min(topic, producer) - _BATCH_OVERHEAD
 
     def read_index(self) -> list[IndexRecord]:
-        return read_index(self.config, self._get_consumer())
+        return read_index(self.config, self._get_consumer(), self._index_so_far)
 
     def append_index(self, key: bytes, value: bytes) -> None:
         append_index(self.config, self._get_producer(), key, value)

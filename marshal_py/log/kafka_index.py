@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -50,16 +50,43 @@ _TOPIC_AUTHORIZATION_FAILED = 29
 RULE = "PROTOCOL.md section 3"
 #: The index topic's max.compaction.lag.ms: no superseded record outlives it by much.
 INDEX_COMPACTION_LAG_MS = 3_600_000
+#: How long after a read of the index the next read may start where it ended, instead of at
+#: the index's beginning (a member reads the index when its log opens and again, moments
+#: later, when it joins). Past that a read starts over, so a long-lived client never joins
+#: its old records to those of an index topic deleted and created again since.
+INDEX_REUSE_S = 30.0
+
+
+@dataclass
+class IndexSoFar:
+    """What one client read of the index last: its records, up to offset ``end``, of which
+    the first were read from the index's beginning at ``read_at`` (``time.monotonic()``;
+    None: nothing yet).
+
+    The next read may start at ``end`` and add what it finds to these records: the view of
+    the index (:func:`~marshal_py.protocol.index.index_view`, :func:`choose_layout`) takes a
+    later record of a key over an earlier one, as compaction does, so old records plus new
+    ones give the same view as reading everything again."""
+
+    records: list[IndexRecord] = field(default_factory=list)
+    end: int = 0
+    read_at: float | None = None
+
+    def reusable(self, end_now: int) -> bool:
+        """True when a read of the index up to ``end_now`` may start at :attr:`end`."""
+        return (self.read_at is not None and self.end <= end_now
+                and time.monotonic() - self.read_at < INDEX_REUSE_S)
 
 
 @dataclass
 class IndexClients:
-    """What :func:`load_layout` works with: the KafkaLog's admin client and getters of its
-    reading consumer and producer (opened on first use)."""
+    """What :func:`load_layout` works with: the KafkaLog's admin client, getters of its
+    reading consumer and producer (opened on first use), and its last read of the index."""
 
     admin: KafkaAdminClient
     consumer: Callable[[], KafkaConsumer]
     producer: Callable[[], KafkaProducer]
+    so_far: IndexSoFar | None = None
 
 
 @contextmanager
@@ -85,12 +112,14 @@ def load_layout(config: KafkaLogConfig, clients: IndexClients, *, topic_id: str 
     errors for a missing or unreadable index and for a topic with fewer partitions than
     its layout; warns once when it has more."""
     _ensure_index_topic(config, clients.admin, replication)
-    layout = choose_layout(read_index(config, clients.consumer()), config.topic, topic_id)
+    layout = choose_layout(read_index(config, clients.consumer(), clients.so_far),
+                           config.topic, topic_id)
     if layout is None and config.create_topic:
         _write_layout(config, clients.producer(),
                       Layout(config.topic, topic_id or "", metadata_count), writer)
         # Read to the end again: a concurrent first opener's record may come first.
-        layout = choose_layout(read_index(config, clients.consumer()), config.topic, topic_id)
+        layout = choose_layout(read_index(config, clients.consumer(), clients.so_far),
+                               config.topic, topic_id)
         if layout is None:
             raise CoordinationTopicError(
                 f"wrote the layout of {config.topic!r} to {config.index_name!r} but did not "
@@ -215,15 +244,24 @@ def _check_compacted(config: KafkaLogConfig, admin: KafkaAdminClient) -> None:
             "cleanup.policy=compact`")
 
 
-def read_index(config: KafkaLogConfig, consumer: KafkaConsumer) -> list[IndexRecord]:
-    """Every record of the index, (offset, key, value), read to its end as of now."""
+def read_index(config: KafkaLogConfig, consumer: KafkaConsumer,
+               so_far: IndexSoFar | None = None) -> list[IndexRecord]:
+    """Every record of the index, (offset, key, value), read to its end as of now (the end
+    is asked first). ``so_far``: this client's last read, continued from where it ended
+    when :meth:`IndexSoFar.reusable` (one fetch of what is new instead of the whole index
+    again), and updated with this one."""
     tp = TopicPartition(config.index_name, 0)
     deadline = time.monotonic() + config.timeout_s
-    records: list[IndexRecord] = []
     with _index_errors(config, "read"):
         consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
         end = int(consumer.end_offsets([tp])[tp])
+        continued = so_far is not None and so_far.reusable(end)
+        if so_far is not None and continued:
+            records = list(so_far.records)
+            consumer.seek(tp, so_far.end)
+        else:
+            records = []
+            consumer.seek_to_beginning(tp)
         while int(consumer.position(tp)) < end:
             if time.monotonic() >= deadline:
                 raise BrokerUnavailableError(
@@ -231,6 +269,10 @@ def read_index(config: KafkaLogConfig, consumer: KafkaConsumer) -> list[IndexRec
                     f"({end}) took longer than {config.timeout_s:g} s; try again")
             polled = consumer.poll(timeout_ms=200, max_records=10_000)
             records.extend((int(r.offset), r.key, r.value) for r in polled.get(tp, ()))
+        if so_far is not None:
+            so_far.records, so_far.end = records, int(consumer.position(tp))
+            if not continued:
+                so_far.read_at = time.monotonic()
     return records
 
 

@@ -3,15 +3,33 @@
 The room between the log (records as bytes with positions) and the world (the rules): where
 a replay begins (the window, the newest checkpoints), catching up to the log's end, and
 following it. Members, tools and the audit all replay through here.
+
+The names below are imported on first use (PEP 562), so that importing one module of this
+package does not import all of them.
 """
 
-from marshal_py.replay.reading import (
-    DEFAULT_REPLAY_WINDOW_MS,
-    catch_up,
-    follow,
-    replay_start,
-    seek_to_window,
-)
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from marshal_py.replay.reading import (
+        DEFAULT_REPLAY_WINDOW_MS,
+        catch_up,
+        follow,
+        replay_start,
+        seek_to_window,
+    )
+
+#: Public name -> the module that defines it (imported when first used).
+_LAZY: dict[str, str] = {
+    "DEFAULT_REPLAY_WINDOW_MS": "marshal_py.replay.reading",
+    "catch_up": "marshal_py.replay.reading",
+    "follow": "marshal_py.replay.reading",
+    "replay_start": "marshal_py.replay.reading",
+    "seek_to_window": "marshal_py.replay.reading",
+}
 
 __all__ = [
     "DEFAULT_REPLAY_WINDOW_MS",
@@ -20,3 +38,16 @@ __all__ = [
     "replay_start",
     "seek_to_window",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # later lookups find it without coming here again
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

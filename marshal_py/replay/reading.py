@@ -28,9 +28,11 @@ def replay_start(log_: CoordinationLog, partition: int, now_ms: int, window_ms: 
     end it read before the index (PROTOCOL.md 6.1): with no record in the window, the
     lookup answers an end read later, which can lie past the first records of a peer whose
     ``History`` that index did not show."""
-    start = log_.start_position(partition)
     if window_ms > 0:
-        start = max(start, log_.position_for_time(partition, now_ms - window_ms))
+        # A retained record, or the end: never before the log's start (one lookup, not two).
+        start = log_.position_for_time(partition, now_ms - window_ms)
+    else:
+        start = log_.start_position(partition)
     return start if end is None else min(start, end)
 
 

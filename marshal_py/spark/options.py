@@ -24,7 +24,7 @@ from marshal_py.client.settings import (
 )
 from marshal_py.config.group_keys import load_group_keys
 from marshal_py.errors import ConfigurationError
-from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLogConfig
+from marshal_py.log.kafka_config import DEFAULT_COORDINATION_TOPIC, KafkaLogConfig
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.messages import (
     DEFAULT_DELIVERY_LIMIT,

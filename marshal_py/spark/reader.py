@@ -29,7 +29,7 @@ import logging
 import signal
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -41,12 +41,14 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from marshal_py.client.batch_member import BatchMember, PlannedRange, ShareBatchMember
-from marshal_py.client.marshaler import Marshaler
-from marshal_py.spark.fetch import read_task
-from marshal_py.spark.gaps import write_gaps
 from marshal_py.spark.options import SourceOptions
 from marshal_py.spark.planning import TP, BatchOffset, ReadTask, split_ranges
+
+if TYPE_CHECKING:
+    # Each process imports only its side: the driver the member (SourceOptions.marshaler, when
+    # joining), an executor the reading (in read).
+    from marshal_py.client.batch_member import BatchMember, PlannedRange
+    from marshal_py.client.marshaler import Marshaler
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +152,8 @@ class MarshalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         """Cut the batch's ranges into tasks; reconcile a batch an earlier process planned."""
+        from marshal_py.client.share_batch_member import ShareBatchMember
+
         with self._lock:
             last = BatchOffset.from_json(end)
             if not last.ranges:
@@ -188,6 +192,9 @@ class MarshalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Executor side: read the task's range (no state, no coordination)."""
+        from marshal_py.spark.fetch import read_task
+        from marshal_py.spark.gaps import write_gaps
+
         task = partition.task if isinstance(partition, MarshalInputPartition) else partition.value
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         on_gaps = (None if task.holder is None
