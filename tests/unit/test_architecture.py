@@ -39,7 +39,6 @@ KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 #: Circles of modules that exist today.
 KNOWN_CYCLES: set[frozenset[str]] = {
-    frozenset({"client.confluent_fetcher", "client.fetchers"}),
     frozenset({"world.engine", "world.exclusive", "world.modes", "world.pairs",
                "world.rationalizer", "world.signed_path"}),
 }
