@@ -1,8 +1,11 @@
-"""Test helpers: building coordination logs by hand."""
+"""Test helpers: building coordination logs by hand; a secured development broker."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from marshal_py.protocol import (
     AcknowledgingRecords,
@@ -19,6 +22,9 @@ from marshal_py.protocol import (
     encode,
 )
 from marshal_py.world import CoordinationRecord, Rationalizer, RationalizerConfig
+
+if TYPE_CHECKING:
+    from marshal_py.devbroker.security import SecureDevBroker
 
 HI = 10_000  # heartbeat interval used by scenario tests, in ms
 T0 = 1_700_000_000_000
@@ -109,3 +115,48 @@ class Scenario:
         r = self.rationalizer()
         r.apply_all(self.records)
         return r
+
+
+# -- a secured broker (the broker-side modules are imported on use: pure tests need none) ------
+
+
+@contextmanager
+def secured_broker(*users: str) -> Iterator[SecureDevBroker]:
+    """A secure development broker (SASL_SSL, SCRAM-SHA-512, a test CA, ACLs on) with the
+    super user admin and ``users`` (no ACLs until a test grants them some), and `__marshal`
+    (and its index) created by admin; stopped on exit."""
+    from marshal_py.devbroker.security import SecureDevBroker
+    from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
+
+    secure = SecureDevBroker(users=users, heap="512m")
+    secure.start()
+    try:
+        KafkaLog(KafkaLogConfig(bootstrap_servers=secure.bootstrap_servers,
+                                kafka_config=secure.client_config())).close()
+        yield secure
+    finally:
+        secure.stop()
+
+
+def write_as_admin(broker: SecureDevBroker, topic: str, partitions: int,
+                   values: Iterable[tuple[int, bytes]]) -> list[tuple[int, int]]:
+    """Create ``topic`` with ``partitions`` partitions and write ``values`` (partition,
+    value) into it as admin, acknowledged by the broker; where each landed (partition,
+    offset), in order."""
+    from kafka import KafkaAdminClient, KafkaProducer
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers, **broker.client_config())
+    try:
+        admin.create_topics({topic: {"num_partitions": partitions, "replication_factor": 1}},
+                            wait_for_metadata=True)
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, acks="all",
+                             **broker.client_config())
+    try:
+        futures = [producer.send(topic, value=value, partition=partition)
+                   for partition, value in values]
+        producer.flush()
+        return [(m.partition, m.offset) for m in (f.get(timeout=30) for f in futures)]
+    finally:
+        producer.close()

@@ -13,21 +13,21 @@ owns what; the rationalizer decides what the records mean.
 Time is virtual: timestamps start at ``start_ms`` and advance with the simulated members, so
 a generated log must be written to a topic with ``message.timestamp.type=CreateTime`` and the
 records' timestamps set explicitly (:func:`produce`); a ``LogAppendTime`` topic would stamp
-the whole log within seconds and every claim would look fresh.
+the whole log within seconds and every claim would look fresh. Writing a generated log to
+Kafka (:func:`create_topic`, :func:`produce`) is in :mod:`~marshal_py.audit.generated_topic`.
 """
 
 from __future__ import annotations
 
 import heapq
-import logging
 import multiprocessing
 import random
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from marshal_py.audit.generated_topic import GeneratedRecord, create_topic, produce
 from marshal_py.protocol.codec import encode
 from marshal_py.protocol.messages import (
     AcknowledgingRecords,
@@ -43,9 +43,8 @@ from marshal_py.protocol.messages import (
 )
 from marshal_py.protocol.placement import coordination_partition
 
-log = logging.getLogger(__name__)
-
-GeneratedRecord = tuple[int, int, bytes]
+__all__ = ["DEFAULT_START_MS", "GeneratedRecord", "create_topic", "generate",
+           "generate_in_background", "produce"]
 
 DEFAULT_START_MS = 1_700_000_000_000
 
@@ -396,59 +395,3 @@ def _generate_into(sender: Connection, records: int, chunk: int,
         sender.send(f"generating records failed: {exc!r}")
     finally:
         sender.close()
-
-
-def create_topic(bootstrap_servers: str, topic: str, partitions: int,
-                 kafka_config: dict[str, Any] | None = None) -> None:
-    """Create an audit test topic stamped with CreateTime and kept forever (generated logs
-    carry their own, old, timestamps, which time-based retention would delete), and its
-    index with its layout (``partitions``), as a member would."""
-    from kafka import KafkaAdminClient
-
-    from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, **(kafka_config or {}))
-    try:
-        admin.create_topics({topic: {
-            "num_partitions": partitions, "replication_factor": 1,
-            "configs": {"message.timestamp.type": "CreateTime", "retention.ms": "-1",
-                        "retention.bytes": "-1", "cleanup.policy": "delete"}}},
-            wait_for_metadata=True)
-    finally:
-        admin.close()
-    KafkaLog(KafkaLogConfig(bootstrap_servers=bootstrap_servers, topic=topic,
-                            allow_create_time=True, kafka_config=dict(kafka_config or {}))
-             ).close()
-
-
-def produce(bootstrap_servers: str, topic: str, records: Iterator[GeneratedRecord], *,
-            progress: Callable[[int, float], None] | None = None,
-            kafka_config: dict[str, Any] | None = None) -> int:
-    """Write generated records to ``topic`` with their own timestamps; return how many.
-
-    Batches generously (linger 20 ms, 1 MiB batches); ordering within a partition is kept by
-    one producer with one request in flight per connection.
-    """
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=20,
-                             batch_size=1 << 20, max_in_flight_requests_per_connection=1,
-                             acks=1, **(kafka_config or {}))
-    sent = 0
-    started = time.monotonic()
-    last_report = started
-    try:
-        for cp, ts, value in records:
-            producer.send(topic, value=value, partition=cp, timestamp_ms=ts)
-            sent += 1
-            if progress is not None and sent % 50_000 == 0:
-                now = time.monotonic()
-                if now - last_report >= 1.0:
-                    last_report = now
-                    progress(sent, sent / (now - started))
-        producer.flush()
-    finally:
-        producer.close()
-    log.info("produced %d generated records to %s in %.1f s", sent, topic,
-             time.monotonic() - started)
-    return sent

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from kafka import KafkaConsumer
 
-from marshal_py.client.fetchers import TP, FetchedBatch
+from marshal_py.client.fetch_types import TP, FetchedBatch
 from marshal_py.errors import (
     BrokerUnavailableError,
     ConfigurationError,

@@ -5,54 +5,47 @@ broker failover (given replication and ``unclean.leader.election.enable=false``)
 with a group-less consumer on manually assigned partitions, ``read_committed``: exactly-once
 members write their commit records inside Kafka transactions (PROTOCOL.md 7.2), and a record
 of an aborted or open transaction must never reach the world state.
+
+:class:`KafkaLog` is the log contract over its parts: opening the topic
+(:mod:`~marshal_py.log.kafka_topic`), its reader and writer
+(:mod:`~marshal_py.log.kafka_clients`), the client settings
+(:mod:`~marshal_py.log.kafka_config`), the index (:mod:`~marshal_py.log.kafka_index`) and
+the topic's identity (:mod:`~marshal_py.log.kafka_identity`).
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import ConfigResource, ConfigResourceType
-from kafka.errors import (
-    KafkaConnectionError,
-    KafkaError,
-    KafkaTimeoutError,
-    MessageSizeTooLargeError,
-    RecordListTooLargeError,
-    SaslAuthenticationFailedError,
-    TopicAlreadyExistsError,
-)
+from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
-from marshal_py.errors import (
-    BrokerUnavailableError,
-    CoordinationTopicError,
-    MarshalError,
-    RecordTooLargeError,
-)
 from marshal_py.identity import new_instance_id
 from marshal_py.log.base import Fetched, Keep
-from marshal_py.log.kafka_auth import (
-    check_credentials,
-    connection_error,
-    is_authorization_failure,
-    not_authorized,
+from marshal_py.log.kafka_auth import check_credentials, is_authorization_failure, not_authorized
+from marshal_py.log.kafka_clients import (
+    READER_FETCH_BYTES,
+    awaiting,
+    kafka_errors,
+    open_reader,
+    open_writer,
+    poll_or_passed,
+    sending,
+    unreachable,
 )
 from marshal_py.log.kafka_config import (
     DEFAULT_COORDINATION_PARTITIONS,
     DEFAULT_COORDINATION_TOPIC,
     DEFAULT_RETENTION_MS,
     METADATA_BACKOFF_MS,
-    SEND_BLOCK_MS,
     KafkaLogConfig,
     close_producer,
     kafka_topic_id,
     quick_metadata,
 )
-from marshal_py.log.kafka_fetch import collect, install
+from marshal_py.log.kafka_fetch import collect
 from marshal_py.log.kafka_identity import TopicWatch, patiently, topic_id_of
 from marshal_py.log.kafka_index import (
     IndexClients,
@@ -62,14 +55,16 @@ from marshal_py.log.kafka_index import (
     load_layout,
     read_index,
 )
+from marshal_py.log.kafka_topic import describe_topic, ensure_topic, replication
 from marshal_py.protocol.index import Declared, IndexRecord, declared_key, encode_entry
 from marshal_py.protocol.records import CoordinationRecord
 
-__all__ = [  # the client settings live in kafka_config; imported from here as before
+__all__ = [  # settings live in kafka_config, clients in kafka_clients: importable here as before
     "DEFAULT_COORDINATION_PARTITIONS",
     "DEFAULT_COORDINATION_TOPIC",
     "DEFAULT_RETENTION_MS",
     "METADATA_BACKOFF_MS",
+    "READER_FETCH_BYTES",
     "KafkaLog",
     "KafkaLogConfig",
     "close_producer",
@@ -79,93 +74,9 @@ __all__ = [  # the client settings live in kafka_config; imported from here as b
 
 log = logging.getLogger(__name__)
 
-_UNKNOWN_TOPIC = 3
-_TOPIC_AUTHORIZATION_FAILED = 29
 T = TypeVar("T")
-#: The coordination reader's fetch sizes: coordination records are small and a replay reads
-#: many, so each fetch brings up to 8 MiB of a partition (kafka-python's default is 1 MiB).
-READER_FETCH_BYTES = {"max_partition_fetch_bytes": 8 * 1024 * 1024,
-                      "fetch_max_bytes": 64 * 1024 * 1024}
 #: What a record batch adds to a record's value, at most (header, varints, a key).
 _BATCH_OVERHEAD = 512
-
-
-def _replication(described: dict[str, Any]) -> int:
-    """The replication factor of a described topic (its first partition's replicas)."""
-    partitions = described.get("partitions") or [{}]
-    return max(1, len(partitions[0].get("replica_nodes") or partitions[0].get("replicas") or []))
-
-
-def _sending(producer: KafkaProducer, topic: str, partition: int,
-             value: bytes) -> Callable[[float], Any]:
-    """Send one record (send() itself waits up to max_block_ms for the topic's metadata)."""
-    return lambda _: producer.send(topic, value=value, partition=partition)
-
-
-def _awaiting(future: Any) -> Callable[[float], Any]:
-    """A producer future's result, waited for up to the given seconds."""
-    return lambda timeout_s: future.get(timeout=timeout_s)
-
-
-#: A long poll of the coordination log looks this often (seconds) whether its reader has
-#: passed positions that hold no record.
-_MARKER_CHECK_S = 0.1
-
-
-def _poll_or_passed(consumer: KafkaConsumer, wanted: Mapping[TopicPartition, int],
-                    timeout_s: float) -> dict[TopicPartition, list[Any]]:
-    """``consumer.poll`` for up to ``timeout_s``, returning early (nothing) once the reader
-    has moved past a start of ``wanted`` without a record: those positions hold transaction
-    markers or records of aborted transactions, which every exactly-once commit leaves
-    behind, and the caller skips them (``read_position``) instead of waiting out the poll."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = deadline - time.monotonic()
-        polled = consumer.poll(timeout_ms=int(max(0.0, min(left, _MARKER_CHECK_S)) * 1000),
-                               max_records=10_000)
-        if polled or left <= _MARKER_CHECK_S:
-            return dict(polled)
-        if any(consumer.position(tp) > start for tp, start in wanted.items()):
-            return {}
-
-
-def _retry_until(probe: Callable[[], T], timeout_s: float, interval_s: float = 0.1) -> T:
-    """Call ``probe`` until it returns something truthy or ``timeout_s`` has passed (at
-    least once); return its last answer."""
-    deadline = time.monotonic() + timeout_s
-    answer = probe()
-    while not answer and time.monotonic() < deadline:
-        time.sleep(interval_s)
-        answer = probe()
-    return answer
-
-
-@contextmanager
-def _kafka_errors(config: KafkaLogConfig, action: str, operation: str = "read") -> Iterator[None]:
-    """Turn kafka-python's errors into one-line marshal_py errors (``operation``: what an
-    authorization failure was refused, see :func:`~marshal_py.log.kafka_auth.not_authorized`).
-    """
-    try:
-        yield
-    except (KafkaConnectionError, KafkaTimeoutError) as exc:
-        raise _unreachable(config, exc) from exc
-    except (MessageSizeTooLargeError, RecordListTooLargeError) as exc:
-        raise RecordTooLargeError(
-            f"{action} on {config.topic} failed: the record is larger than the topic's "
-            f"max.message.bytes or the producer's max_request_size ({exc})") from exc
-    except KafkaError as exc:
-        if is_authorization_failure(exc):
-            raise not_authorized(config, operation) from exc
-        if isinstance(exc, SaslAuthenticationFailedError):
-            raise connection_error(config, exc) from exc
-        raise BrokerUnavailableError(
-            f"{action} on {config.topic} failed: {type(exc).__name__}: {exc}"
-        ) from exc
-
-
-def _unreachable(config: KafkaLogConfig, exc: BaseException) -> MarshalError:
-    """BrokerUnavailableError, or the authentication / TLS failure that kept the client out."""
-    return connection_error(config, exc)
 
 
 class KafkaLog:
@@ -204,12 +115,12 @@ class KafkaLog:
                                      self._index_so_far),
                 topic_id=kafka_topic_id(self.topic_id),
                 metadata_count=self.metadata_partition_count,
-                replication=_replication(described), writer=new_instance_id())
+                replication=replication(described), writer=new_instance_id())
             if self.created_topic:
                 self._declare()
         except (KafkaConnectionError, KafkaTimeoutError) as exc:
             self.close()
-            raise _unreachable(config, exc) from exc
+            raise unreachable(config, exc) from exc
         except KafkaError as exc:
             self.close()
             if is_authorization_failure(exc):
@@ -223,119 +134,16 @@ class KafkaLog:
 
     def _describe(self) -> dict[str, Any] | None:
         assert self._admin is not None
-        for topic in self._admin.describe_topics([self.config.topic]):
-            if topic["name"] == self.config.topic:
-                if topic.get("error_code", 0) == _TOPIC_AUTHORIZATION_FAILED:
-                    raise not_authorized(self.config, "describe")
-                if topic.get("error_code", 0) == _UNKNOWN_TOPIC or not topic.get("partitions"):
-                    return None
-                return dict(topic)
-        return None
+        return describe_topic(self._admin, self.config)
 
     def _ensure_topic(self) -> dict[str, Any]:
+        """Open the topic (create it when missing and allowed; check its settings)."""
         assert self._admin is not None
-        described = self._describe()
-        created = False
-        if described is None:
-            created = True
-            if not self.config.create_topic:
-                raise CoordinationTopicError(
-                    f"coordination topic {self.config.topic!r} does not exist on "
-                    f"{self.config.bootstrap_servers}; create it with `marshal init` (or let a "
-                    "consumer create it), or name the right one with --coordination-topic"
-                )
-            self._create_topic()
-            # In a cluster the new topic's metadata reaches every broker a moment later.
-            described = _retry_until(self._describe, self.config.timeout_s)
-            if described is None:
-                raise CoordinationTopicError(
-                    f"created {self.config.topic!r} but the brokers did not describe it within "
-                    f"{self.config.timeout_s:g} s; try again"
-                )
-        self._check_timestamp_type(created=created)
-        self.topic_id = self._watch.topic_id = topic_id_of(described)
-        self.created_topic = created
-        return described
-
-    def _create_topic(self) -> None:
-        assert self._admin is not None
-        brokers = len(self._admin.describe_cluster().get("brokers", [])) or 1
-        rf = self.config.replication_factor or min(3, brokers)
-        configs = {
-            "message.timestamp.type": "LogAppendTime",
-            "retention.ms": str(self.config.retention_ms),
-            "unclean.leader.election.enable": "false",
-            "min.insync.replicas": str(min(2, rf)),
-            "cleanup.policy": "delete",
-        }
-        log.info(
-            "creating coordination topic %s (%d partitions, replication %d)",
-            self.config.topic, self.config.partitions, rf,
-        )
-        if self.config.replication_factor is None and 1 < rf < 3:
-            # A cluster that is still starting may list fewer brokers than it will have.
-            log.warning(
-                "only %d brokers are registered, so %s gets replication %d: losing one broker "
-                "then stops coordination (min.insync.replicas %d); create it with `marshal init "
-                "--replication-factor 3` once the cluster is up to survive a broker loss",
-                brokers, self.config.topic, rf, min(2, rf))
-        try:
-            self._admin.create_topics(
-                {
-                    self.config.topic: {
-                        "num_partitions": self.config.partitions,
-                        "replication_factor": rf,
-                        "configs": configs,
-                    }
-                },
-                wait_for_metadata=True,
-            )
-        except TopicAlreadyExistsError:
-            return  # another client created it first
-        except KafkaError as exc:
-            if is_authorization_failure(exc):
-                raise not_authorized(self.config, "create") from exc
-            raise CoordinationTopicError(
-                f"could not create coordination topic {self.config.topic!r}: {exc}"
-            ) from exc
-
-    def _check_timestamp_type(self, created: bool = False) -> None:
-        """Refuse a CreateTime topic; note its retention. ``created``: this client has just
-        created it, and the broker answering may not know it yet (in a cluster)."""
-        assert self._admin is not None
-        resource = ConfigResource(
-            ConfigResourceType.TOPIC, self.config.topic,
-            configs=["message.timestamp.type", "retention.ms", "max.message.bytes"],
-        )
-        # "all": an authorized answer holds both settings even at their defaults, so an empty
-        # one means DESCRIBE_CONFIGS was refused (kafka-python drops the error code) -- or,
-        # right after creating the topic, that the broker asked has not learnt of it yet.
-        admin = self._admin
-
-        def entry_now() -> dict[str, Any]:
-            described = admin.describe_configs([resource], config_filter="all")
-            return dict(described.get("topic", {}).get(self.config.topic, {}))
-
-        entry = _retry_until(entry_now, self.config.timeout_s if created else 0.0) or {}
-        if not entry and not self.config.allow_create_time:
-            raise not_authorized(self.config, "describe_configs")
-        retention = entry.get("retention.ms", {}).get("value")
-        largest = entry.get("max.message.bytes", {}).get("value")
-        try:
-            self.retention_ms = int(retention) if retention is not None else None
-            self.max_message_bytes = int(largest) if largest is not None else None
-        except ValueError:
-            self.retention_ms = None
-        value = entry.get("message.timestamp.type", {}).get("value", "CreateTime")
-        if value != "LogAppendTime" and not self.config.allow_create_time:
-            raise CoordinationTopicError(
-                f"coordination topic {self.config.topic!r} uses message.timestamp.type={value}: "
-                "claims would then be decided by each client's own clock, so clock skew could "
-                "give a partition two owners; set it with `kafka-configs --alter --entity-type "
-                f"topics --entity-name {self.config.topic} --add-config "
-                "message.timestamp.type=LogAppendTime` (or pass allow_create_time to accept "
-                "the risk)"
-            )
+        opened = ensure_topic(self._admin, self.config)
+        self.retention_ms, self.max_message_bytes = opened.retention_ms, opened.max_message_bytes
+        self.topic_id = self._watch.topic_id = topic_id_of(opened.described)
+        self.created_topic = opened.created
+        return opened.described
 
     # -- the log contract ------------------------------------------------------------------
 
@@ -383,40 +191,12 @@ class KafkaLog:
 
     def _get_producer(self) -> KafkaProducer:
         if self._producer is None:
-            try:
-                # Idempotence also keeps each partition's records in the order they were
-                # sent: kafka-python then sends one batch per partition at a time and
-                # retries it before the next (signed records' sequence numbers need it).
-                self._producer = quick_metadata(KafkaProducer(**{
-                    **self._config_for(KafkaProducer),
-                    "acks": "all",
-                    "enable_idempotence": True,
-                    "linger_ms": 0,
-                    # send() waits this long for the topic's metadata, then is retried
-                    # (:meth:`_patiently`): a deleted topic is asked about in between.
-                    "max_block_ms": SEND_BLOCK_MS,
-                }))
-            except (KafkaConnectionError, KafkaTimeoutError) as exc:
-                raise _unreachable(self.config, exc) from exc
+            self._producer = open_writer(self.config)
         return self._producer
 
     def _get_consumer(self) -> KafkaConsumer:
         if self._consumer is None:
-            try:
-                self._consumer = quick_metadata(KafkaConsumer(**{
-                    "group_id": None,
-                    "enable_auto_commit": False,
-                    "auto_offset_reset": "earliest",
-                    "fetch_max_wait_ms": 100,
-                    **READER_FETCH_BYTES,
-                    **self._config_for(KafkaConsumer),
-                    # Whatever kafka_config says for data topics: records of aborted
-                    # transactions are not records of the log (PROTOCOL.md 7.2).
-                    "isolation_level": "read_committed",
-                }))
-                install(self._consumer, [self.config.topic])
-            except (KafkaConnectionError, KafkaTimeoutError) as exc:
-                raise _unreachable(self.config, exc) from exc
+            self._consumer = open_reader(self.config)
         return self._consumer
 
     def warm_up(self) -> None:
@@ -424,7 +204,7 @@ class KafkaLog:
         the first claim or read does not wait for connections (each costs about 0.1 s the
         first time)."""
         tp = self._tp(0)
-        with _kafka_errors(self.config, "connecting to the coordination topic"):
+        with kafka_errors(self.config, "connecting to the coordination topic"):
             self._get_producer().partitions_for(self.config.topic)
             self._get_consumer().end_offsets([tp])
 
@@ -435,36 +215,36 @@ class KafkaLog:
 
     def append(self, partition: int, value: bytes) -> CoordinationRecord:
         tp = self._tp(partition)
-        with _kafka_errors(self.config, "writing a coordination record", "write"):
+        with kafka_errors(self.config, "writing a coordination record", "write"):
             producer = self._get_producer()
             future = self._patiently(
                 lambda _: producer.send(tp.topic, value=value, partition=tp.partition))
-            meta = self._patiently(_awaiting(future))
+            meta = self._patiently(awaiting(future))
         return CoordinationRecord(partition, int(meta.offset), int(meta.timestamp), value)
 
     def append_all(self, items: Sequence[tuple[int, bytes]]) -> list[CoordinationRecord]:
         """Send every record before awaiting any: one round trip for all of them when they
         go to one broker (the producer pipelines them)."""
-        with _kafka_errors(self.config, "writing coordination records", "write"):
+        with kafka_errors(self.config, "writing coordination records", "write"):
             producer = self._get_producer()
-            futures = [self._patiently(_sending(producer, self.config.topic,
+            futures = [self._patiently(sending(producer, self.config.topic,
                                                 self._tp(partition).partition, value))
                        for partition, value in items]
-            metas = [self._patiently(_awaiting(future)) for future in futures]
+            metas = [self._patiently(awaiting(future)) for future in futures]
         return [CoordinationRecord(partition, int(meta.offset), int(meta.timestamp), value)
                 for (partition, value), meta in zip(items, metas, strict=True)]
 
     def start_position(self, partition: int) -> int:
         tp = self._tp(partition)
         consumer = self._get_consumer()
-        with _kafka_errors(self.config, "listing offsets"):
+        with kafka_errors(self.config, "listing offsets"):
             return int(self._patiently(lambda timeout_s: consumer.beginning_offsets(
                 [tp], timeout_ms=int(timeout_s * 1000)))[tp])
 
     def end_position(self, partition: int) -> int:
         tp = self._tp(partition)
         consumer = self._get_consumer()
-        with _kafka_errors(self.config, "listing offsets"):
+        with kafka_errors(self.config, "listing offsets"):
             return int(self._patiently(lambda timeout_s: consumer.end_offsets(
                 [tp], timeout_ms=int(timeout_s * 1000)))[tp])
 
@@ -475,7 +255,7 @@ class KafkaLog:
         tp = self._tp(partition)
         end = self.end_position(partition)
         consumer = self._get_consumer()
-        with _kafka_errors(self.config, "listing offsets by time"):
+        with kafka_errors(self.config, "listing offsets by time"):
             found = self._patiently(lambda timeout_s: consumer.offsets_for_times(
                 {tp: max(0, timestamp_ms)}, timeout_ms=int(timeout_s * 1000)))[tp]
         if found is None:
@@ -501,7 +281,7 @@ class KafkaLog:
 
     def fetch_matching(self, starts: Mapping[int, int], timeout_s: float,
                        keep: Keep | None) -> Fetched:
-        with _kafka_errors(self.config, "reading coordination records"):
+        with kafka_errors(self.config, "reading coordination records"):
             return self._fetch(starts, timeout_s, keep)
 
     def _fetch(self, starts: Mapping[int, int], timeout_s: float, keep: Keep | None) -> Fetched:
@@ -524,7 +304,7 @@ class KafkaLog:
             if passed:
                 return Fetched([], {})
         # Each item is a whole fetch of a partition (a RecordRun), unless kafka-python reads.
-        polled = _poll_or_passed(consumer, wanted, timeout_s)
+        polled = poll_or_passed(consumer, wanted, timeout_s)
         if not polled:
             self._passed = {tp: (start, position) for tp, start in wanted.items()
                             if (position := consumer.position(tp)) > start}

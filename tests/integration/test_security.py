@@ -14,13 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient
 
 from marshal_py import Marshaler
 from marshal_py.config.kafka_properties import load_properties
 from marshal_py.devbroker.security import SecureDevBroker, make_test_ca
 from marshal_py.errors import KafkaAuthenticationError, KafkaAuthorizationError, MarshalError
-from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
+from tests.support import secured_broker, write_as_admin
 
 pytestmark = pytest.mark.integration
 
@@ -41,35 +41,16 @@ def broker() -> Iterator[SecureDevBroker]:
     """A secure broker with users admin (super user), alice, bob, carol and dave, and
     `__marshal` (and its index) created by admin; the others have no ACLs until a test grants
     them some."""
-    secure = SecureDevBroker(users=("alice", "bob", "carol", "dave"), heap="512m")
-    secure.start()
-    try:
-        KafkaLog(KafkaLogConfig(bootstrap_servers=secure.bootstrap_servers,
-                                kafka_config=secure.client_config())).close()
+    with secured_broker("alice", "bob", "carol", "dave") as secure:
         yield secure
-    finally:
-        secure.stop()
 
 
 @pytest.fixture(scope="module")
 def data_topic(broker: SecureDevBroker) -> str:
     """A 2-partition topic holding RECORDS records per partition, written by admin."""
     topic = f"orders-{uuid.uuid4().hex[:8]}"
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers, **broker.client_config())
-    try:
-        admin.create_topics({topic: {"num_partitions": 2, "replication_factor": 1}},
-                            wait_for_metadata=True)
-    finally:
-        admin.close()
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers,
-                             **broker.client_config())
-    try:
-        for p in range(2):
-            for i in range(RECORDS):
-                producer.send(topic, value=f"{p}-{i}".encode(), partition=p)
-        producer.flush()
-    finally:
-        producer.close()
+    write_as_admin(broker, topic, 2, ((p, f"{p}-{i}".encode()) for p in range(2)
+                                      for i in range(RECORDS)))
     return topic
 
 

@@ -13,11 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
 
 from marshal_py.devbroker.security import SecureDevBroker
-from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
 from tests.spark.test_range_stream import ROOT, delivered
+from tests.support import secured_broker, write_as_admin
 
 pytestmark = pytest.mark.integration
 
@@ -29,33 +28,14 @@ RECORDS = 300
 def broker() -> Iterator[SecureDevBroker]:
     """A secure broker with user alice (no ACLs until the test grants them) and `__marshal`
     (and its index) created by admin."""
-    secure = SecureDevBroker(users=("alice",), heap="512m")
-    secure.start()
-    try:
-        KafkaLog(KafkaLogConfig(bootstrap_servers=secure.bootstrap_servers,
-                                kafka_config=secure.client_config())).close()
+    with secured_broker("alice") as secure:
         yield secure
-    finally:
-        secure.stop()
 
 
 def produce(broker: SecureDevBroker, topic: str) -> list[tuple[int, int]]:
     """Create ``topic`` and write RECORDS records over its partitions, as admin."""
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers, **broker.client_config())
-    try:
-        admin.create_topics({topic: {"num_partitions": PARTITIONS, "replication_factor": 1}},
-                            wait_for_metadata=True)
-    finally:
-        admin.close()
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, acks="all",
-                             **broker.client_config())
-    try:
-        futures = [producer.send(topic, value=f"{i}".encode(), partition=i % PARTITIONS)
-                   for i in range(RECORDS)]
-        producer.flush()
-        return [(m.partition, m.offset) for m in (f.get(timeout=30) for f in futures)]
-    finally:
-        producer.close()
+    return write_as_admin(broker, topic, PARTITIONS,
+                          ((i % PARTITIONS, f"{i}".encode()) for i in range(RECORDS)))
 
 
 def test_sasl_ssl_stream_with_reader_options_reads_every_record_as_a_member_user(

@@ -19,12 +19,12 @@ from marshal_py.audit.observer import (
     RecordRow,
     Route,
     StintRow,
-    _grant,
     audit_records,
     bucket_partition,
     route,
     topic_filter,
 )
+from marshal_py.audit.share_history import grant_change
 from marshal_py.protocol import (
     AcknowledgingRecords,
     AcquiringRecords,
@@ -354,7 +354,7 @@ def test_range_map_matches_a_per_offset_count(updates: list[tuple[int, int]]) ->
     ranges = RangeMap()
     expected: dict[int, int] = {}
     for position, (first, last) in enumerate(updates):
-        ranges.update(first, last, _grant(position, 0))
+        ranges.update(first, last, grant_change(position, 0))
         for offset in range(first, last + 1):
             expected[offset] = expected.get(offset, 0) + 1
     got = {o: s.acquisitions for first, last, s in ranges.runs()
