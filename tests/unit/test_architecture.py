@@ -53,8 +53,9 @@ MAX_MODULE_LINES = 450
 KNOWN_LONG: dict[str, str] = {
     "client/marshaler.py": "the Marshaler facade: its member set-up and its consumers' factories",
     "devbroker/broker.py": "the development broker: its process and its configuration",
-    "spark/cluster.py": "the throwaway standalone cluster (21e works in spark/)",
-    "world/share.py": "the share-partition state machine (22e/22f work in world/)",
+    "spark/cluster.py": "the throwaway standalone cluster: its start, its workers, its stop",
+    "world/engine.py": "the rationalizer's record loop: its fast path is one function on purpose",
+    "world/share.py": "the share-partition state machine",
 }
 
 
