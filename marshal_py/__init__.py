@@ -11,8 +11,7 @@ Consumer`` works as before.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from marshal_py.errors import (
     BrokerUnavailableError,
@@ -28,6 +27,7 @@ from marshal_py.errors import (
     TopicNotFoundError,
     TopicRecreatedError,
 )
+from marshal_py.lazy import lazy_names
 
 if TYPE_CHECKING:
     from marshal_py.client.consumer import Consumer
@@ -102,14 +102,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # later lookups find it without coming here again
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), __all__)

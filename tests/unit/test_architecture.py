@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "marshal_py"
 #: lower numbers; rooms on one layer know nothing of each other (the log knows no rule of
 #: the world, the world no I/O). Keep in step with ARCHITECTURE.md.
 LAYERS = {
-    "protocol": 0, "errors": 0, "identity": 0,          # wire format, errors: the leaves
+    "protocol": 0, "errors": 0, "identity": 0, "lazy": 0,         # wire format, errors: the leaves
     "world": 1,                                          # the pure core (no I/O, no clock)
     "log": 1,                                            # reading and writing __marshal
     "replay": 2,                                         # reading a log into the world

@@ -45,7 +45,7 @@ def test_import_marshal_py_imports_no_client_no_kafka_and_no_spark() -> None:
     modules = imported_after("import marshal_py")
     assert not packages_of(modules) & set(HEAVY)
     ours = {m for m in modules if m.startswith("marshal_py")}
-    assert ours == {"marshal_py", "marshal_py.errors"}
+    assert ours == {"marshal_py", "marshal_py.errors", "marshal_py.lazy"}
 
 
 def test_the_public_names_resolve_on_first_use_to_their_defining_modules() -> None:
