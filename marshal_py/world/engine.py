@@ -258,7 +258,10 @@ class Core(Modes, ExclusiveRules):
                                     if claim.owner != sender:
                                         code = NOT_OWNER
                                     else:
+                                        last = claim.last_heartbeat_ms
                                         claim.last_heartbeat_ms = ts
+                                        if last is not None and ts < last:
+                                            route.pair.index.beat(route.partition, claim)
                                         if not claim.transactional:
                                             claim.committed_offset = int(raw)
                                         announced = life.intervals.get(sender)

@@ -112,6 +112,7 @@ class GroupLife:
         "joined",
         "last_checkpoint_ms",
         "members",
+        "min_interval",
         "retention_ms",
         "shared",
         "stable_since_ms",
@@ -128,6 +129,8 @@ class GroupLife:
         self.stable_since_ms: int | None = None
         self.hi = hi
         self.retention_ms = retention_ms
+        #: The shortest interval a member announced in this life (NEVER: none).
+        self.min_interval = NEVER
         #: Until this broker time (inclusive) no member goes stale and the pair cannot die:
         #: :meth:`settle` has nothing to do. (Conservative: it may be earlier.)
         self.due = NEVER
@@ -186,6 +189,7 @@ class GroupLife:
             self._instances.setdefault(member.client_id, set()).add(member)
         self.shared = sum(1 for n in self._instances.values() if len(n) > 1)
         self._clients = sorted(self._instances)
+        self.min_interval = min(self.intervals.values(), default=NEVER)
         self._index_first()
         self._version += 1
         self._refresh_due()
@@ -274,6 +278,8 @@ class GroupLife:
             if self.intervals.get(member) == interval_ms:
                 return
             self.intervals[member] = interval_ms
+            if interval_ms < self.min_interval:
+                self.min_interval = interval_ms
             joined = self.joined.get(member)
             if joined is not None and member in self.members:
                 heapq.heappush(self._first, (joined, member))
