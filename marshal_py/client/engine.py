@@ -56,6 +56,8 @@ class MemberEngine(HoldingMember):
         self.fencing = fencing
         self._reclaim_after_ms: int | None = None
         self._last_balance_release_ms: dict[str, int] = {}
+        #: The partitions of the last release for balance, by topic.
+        self._released_for_balance: dict[str, list[int]] = {}
         #: Claims this member won whose take-up failed (see :meth:`_propose`).
         self._untaken: set[TP] = set()
 
@@ -168,13 +170,10 @@ class MemberEngine(HoldingMember):
 
     # -- balancing and claiming ---------------------------------------------------------------
 
-    def _held_by_client(self, topic: str, count: int, now: int) -> dict[str, int]:
-        """How many partitions of ``topic`` each client id holds (fresh or unknown)."""
-        held: dict[str, int] = {}
-        for claim in self.rationalizer.claims(self.config.group_id, topic):
-            if claim.owner is not None and claim.is_held(now) and claim.key.partition < count:
-                held[claim.owner.client_id] = held.get(claim.owner.client_id, 0) + 1
-        return held
+    def _held_by_client(self, topic: str, now: int) -> dict[str, int]:
+        """How many partitions of ``topic`` each client id holds (fresh or unknown), from
+        the rationalizer's index: O(client ids), whatever the partition count."""
+        return self.rationalizer.held_counts(self.config.group_id, topic, now)
 
     def _capacity(self, topic: str, member: Owner) -> int | None:
         if member == self.me:
@@ -239,11 +238,9 @@ class MemberEngine(HoldingMember):
         if self._reclaim_after_ms is None or now < self._reclaim_after_ms:
             return
         wanted = []
-        for claim in self.rationalizer.claims(self.config.group_id, topic):
-            owner = claim.owner
-            if (owner is not None and owner.client_id == self.me.client_id and owner != self.me
-                    and claim.key.partition < count and claim.is_held(now)
-                    and self._may_reclaim(owner, now)):
+        for claim in self._namesake_claims(topic, now):
+            assert claim.owner is not None
+            if claim.key.partition < count and self._may_reclaim(claim.owner, now):
                 wanted.append(claim.key.partition)
         if wanted:
             self._propose(topic, wanted)
@@ -260,7 +257,7 @@ class MemberEngine(HoldingMember):
         worst = max(lags, key=lambda p: (lags[p], p))
         if lags[worst] <= self.config.release_lag:
             return
-        held = self._held_by_client(topic, count, now)
+        held = self._held_by_client(topic, now)
         others = [m.client_id for m in self._members(topic, now) if m != self.me]
         if not any(held.get(c, 0) < len(mine) - 1 for c in others):
             return  # alone, or nobody with room: keep going rather than release in vain
@@ -268,18 +265,36 @@ class MemberEngine(HoldingMember):
         self._release([(topic, worst)], f"behind by {lags[worst]} records")
 
     def _release_for_balance(self, topic: str, count: int, mine: list[int], now: int) -> None:
-        if now - self._last_balance_release_ms.get(topic, -(2**62)) < self.hi:
+        if now - self._last_balance_release_ms.get(topic, -(2**62)) < self.hi \
+                and not self._released_taken(topic, now):
             return  # then give the others one interval to take what we released
         targets = self._fair_targets(topic, count, now)
-        held = self._held_by_client(topic, count, now)
+        held = self._held_by_client(topic, now)
         deficit = sum(max(0, t - held.get(c, 0)) for c, t in targets.items()
                       if c != self.me.client_id)
         excess = len(mine) - targets[self.me.client_id]
         if deficit <= 0 or excess <= 0:
             return  # nobody could take it: keep consuming rather than release in vain
         self._last_balance_release_ms[topic] = now
-        self._release([(topic, p) for p in mine[len(mine) - min(excess, deficit):]],
-                      "for another member")
+        released = mine[len(mine) - min(excess, deficit):]
+        self._released_for_balance[topic] = released
+        self._release([(topic, p) for p in released], "for another member")
+
+    def _released_taken(self, topic: str, now: int) -> bool:
+        """True when every partition of our last release for balance is held by another
+        member: the pause after it has served its purpose (without this, each member above
+        its share could give up its surplus only once per HI, and a group whose members
+        join over an HI settled in over 2 HI: the last joiner waited for the previous
+        release's pause to end)."""
+        released = self._released_for_balance.get(topic)
+        if not released:
+            return False
+        for partition in released:
+            claim = self._claim(topic, partition)
+            if claim.owner is None or claim.owner.client_id == self.me.client_id \
+                    or not claim.is_held(now):
+                return False
+        return True
 
     def _claimable(self, claim: PartitionClaim, now: int) -> bool:
         owner = claim.owner
@@ -308,13 +323,17 @@ class MemberEngine(HoldingMember):
 
     def _predecessor_claims(self) -> list[PartitionClaim]:
         now = self.clock.now_ms()
+        return [c for topic in self.config.topics for c in self._namesake_claims(topic, now)]
+
+    def _namesake_claims(self, topic: str, now: int) -> list[PartitionClaim]:
+        """Claims of ``topic`` held under our client id by another process (the index of
+        owners: what our client id owns, not every partition)."""
+        group = self.config.group_id
         found = []
-        for topic in self.config.topics:
-            for claim in self.rationalizer.claims(self.config.group_id, topic):
-                owner = claim.owner
-                if (owner is not None and owner.client_id == self.me.client_id
-                        and owner != self.me and claim.is_held(now)):
-                    found.append(claim)
+        for partition in self.rationalizer.owned_by(group, topic, self.me.client_id):
+            claim = self._claim(topic, partition)
+            if claim.owner is not None and claim.owner != self.me and claim.is_held(now):
+                found.append(claim)
         return found
 
     def _may_reclaim(self, owner: Owner, now: int) -> bool:
@@ -324,9 +343,13 @@ class MemberEngine(HoldingMember):
 
     def _claim_some(self, topic: str, count: int, wanted: int, now: int) -> None:
         start = self.rng.randrange(count)
-        # Claims won and not taken up yet (a take-up failed, or retake()) come first.
+        # Claims won and not taken up yet (a take-up failed, or retake()) come first; then
+        # what nobody holds, from the rationalizer's index (released, stale, never claimed,
+        # each from a random start so members starting together spread their claims): a
+        # step does not walk the topic's partitions.
         untaken = sorted(p for t, p in self._untaken if t == topic and p < count)
-        order = chain(untaken, range(start, count), range(start))  # lazily: P may be large
+        order = chain(untaken, self.rationalizer.claimable(self.config.group_id, topic, count,
+                                                           now, start))
         candidates: list[int] = []
         chosen: set[int] = set()
         for partition in order:
