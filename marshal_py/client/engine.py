@@ -268,17 +268,46 @@ class MemberEngine(HoldingMember):
         if now - self._last_balance_release_ms.get(topic, -(2**62)) < self.hi \
                 and not self._released_taken(topic, now):
             return  # then give the others one interval to take what we released
-        targets = self._fair_targets(topic, count, now)
         held = self._held_by_client(topic, now)
-        deficit = sum(max(0, t - held.get(c, 0)) for c, t in targets.items()
-                      if c != self.me.client_id)
-        excess = len(mine) - targets[self.me.client_id]
+        shares = self._equal_shares(topic, count, now, held)
+        if shares is not None:
+            target, deficit = shares
+        else:
+            targets = self._fair_targets(topic, count, now)
+            target = targets[self.me.client_id]
+            deficit = sum(max(0, t - held.get(c, 0)) for c, t in targets.items()
+                          if c != self.me.client_id)
+        excess = len(mine) - target
         if deficit <= 0 or excess <= 0:
             return  # nobody could take it: keep consuming rather than release in vain
         self._last_balance_release_ms[topic] = now
         released = mine[len(mine) - min(excess, deficit):]
         self._released_for_balance[topic] = released
         self._release([(topic, p) for p in released], "for another member")
+
+    def _equal_shares(self, topic: str, count: int, now: int,
+                      held: dict[str, int]) -> tuple[int, int] | None:
+        """(our fair share, what the other members lack of theirs) when nobody announced a
+        capacity and we are live: from the ranks of the client ids that hold partitions, in
+        O(H log M) for H holders (what the others lack is the partitions, less our share,
+        less what each holder holds up to its own share). None: ask :meth:`_fair_targets`."""
+        group = self.config.group_id
+        if self.config.max_claims is not None or self.rationalizer.capacities_announced(
+                group, topic):
+            return None
+        rank = self.rationalizer.member_rank(group, topic, self.me.client_id, now)
+        if not rank.live:
+            return None
+        base, extra = divmod(count, rank.members)
+        mine = base + (1 if rank.place < extra else 0)
+        covered = 0
+        for client, n in held.items():
+            if client == self.me.client_id:
+                continue
+            theirs = self.rationalizer.member_rank(group, topic, client, now)
+            if theirs.live:
+                covered += min(n, base + (1 if theirs.place < extra else 0))
+        return mine, count - mine - covered
 
     def _released_taken(self, topic: str, now: int) -> bool:
         """True when every partition of our last release for balance is held by another
