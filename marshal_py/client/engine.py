@@ -14,13 +14,13 @@ import random
 from collections.abc import Iterable
 from itertools import chain
 
+from marshal_py.client.balancing import Balancing
 from marshal_py.client.engine_types import EngineClock, PartitionSource
 from marshal_py.client.fencing import Fencing, fence_and_read, read_to_end
 from marshal_py.client.holdings import (
     EngineConfig,
     EngineStats,
     Holding,
-    HoldingMember,
 )
 from marshal_py.errors import ConfigurationError
 from marshal_py.log.base import CoordinationLog
@@ -34,7 +34,7 @@ TP = tuple[str, int]
 __all__ = ["EngineConfig", "EngineStats", "Holding", "MemberEngine", "held_partitions"]
 
 
-class MemberEngine(HoldingMember):
+class MemberEngine(Balancing):
     """One member of a group: claims, heartbeats, balances, confirms and releases.
 
     Call :meth:`start` once, then :meth:`tick` whenever something is due (:meth:`next_due_ms`)
@@ -55,7 +55,6 @@ class MemberEngine(HoldingMember):
         super().__init__(config, log_, rationalizer, source, clock, rng)
         self.fencing = fencing
         self._reclaim_after_ms: int | None = None
-        self._last_balance_release_ms: dict[str, int] = {}
         #: Claims this member won whose take-up failed (see :meth:`_propose`).
         self._untaken: set[TP] = set()
 
@@ -168,56 +167,6 @@ class MemberEngine(HoldingMember):
 
     # -- balancing and claiming ---------------------------------------------------------------
 
-    def _held_by_client(self, topic: str, count: int, now: int) -> dict[str, int]:
-        """How many partitions of ``topic`` each client id holds (fresh or unknown)."""
-        held: dict[str, int] = {}
-        for claim in self.rationalizer.claims(self.config.group_id, topic):
-            if claim.owner is not None and claim.is_held(now) and claim.key.partition < count:
-                held[claim.owner.client_id] = held.get(claim.owner.client_id, 0) + 1
-        return held
-
-    def _capacity(self, topic: str, member: Owner) -> int | None:
-        if member == self.me:
-            return self.config.max_claims
-        return self.rationalizer.member_capacity(self.config.group_id, topic, member)
-
-    def target(self, topic: str, partitions: int, now: int) -> int:
-        """How many partitions of ``topic`` this member aims to hold."""
-        cap = self.config.max_claims if self.config.max_claims is not None else partitions
-        if self.config.balance == "greedy":
-            return min(cap, partitions)
-        group = self.config.group_id
-        if self.config.max_claims is None and not self.rationalizer.capacities_announced(
-                group, topic):
-            # Nobody is capped: equal shares, the first N mod M client ids one more. The
-            # rank comes from the rationalizer's index, in O(log M) whatever the group size.
-            rank = self.rationalizer.member_rank(group, topic, self.me.client_id, now)
-            base, extra = divmod(partitions, rank.members)
-            return base + (1 if rank.place < extra else 0)
-        return self._fair_targets(topic, partitions, now)[self.me.client_id]
-
-    def _fair_targets(self, topic: str, partitions: int, now: int) -> dict[str, int]:
-        """Fair shares by client id: equal shares, the first ``N mod M`` one more, and what
-        a member with a smaller announced capacity cannot take goes to the others."""
-        members = self._members(topic, now)
-        targets: dict[str, int] = {}
-        remaining = partitions
-        while members:
-            base, extra = divmod(remaining, len(members))
-            share = {m: base + (1 if i < extra else 0) for i, m in enumerate(members)}
-            capped = [m for m in members
-                      if (c := self._capacity(topic, m)) is not None and c < share[m]]
-            if not capped:
-                targets.update((m.client_id, share[m]) for m in members)
-                break
-            for m in capped:
-                cap = self._capacity(topic, m)
-                assert cap is not None
-                targets[m.client_id] = cap
-                remaining -= cap
-                members.remove(m)
-        return targets
-
     def _balance(self, topic: str) -> None:
         count = self.source.partition_count(topic)
         if count is None or count == 0:
@@ -239,47 +188,12 @@ class MemberEngine(HoldingMember):
         if self._reclaim_after_ms is None or now < self._reclaim_after_ms:
             return
         wanted = []
-        for claim in self.rationalizer.claims(self.config.group_id, topic):
-            owner = claim.owner
-            if (owner is not None and owner.client_id == self.me.client_id and owner != self.me
-                    and claim.key.partition < count and claim.is_held(now)
-                    and self._may_reclaim(owner, now)):
+        for claim in self._namesake_claims(topic, now):
+            assert claim.owner is not None
+            if claim.key.partition < count and self._may_reclaim(claim.owner, now):
                 wanted.append(claim.key.partition)
         if wanted:
             self._propose(topic, wanted)
-
-    def _release_when_behind(self, topic: str, count: int, mine: list[int], now: int) -> None:
-        """Hand the most lagging partition to a member that holds fewer, if we are behind."""
-        assert self.config.release_lag is not None
-        if now - self._last_balance_release_ms.get(topic, -(2**62)) < self.hi:
-            return
-        lags = {}
-        for partition in mine:
-            _, end = self.source.offset_bounds(topic, partition)
-            lags[partition] = end - self.holdings[(topic, partition)].cursor.committed
-        worst = max(lags, key=lambda p: (lags[p], p))
-        if lags[worst] <= self.config.release_lag:
-            return
-        held = self._held_by_client(topic, count, now)
-        others = [m.client_id for m in self._members(topic, now) if m != self.me]
-        if not any(held.get(c, 0) < len(mine) - 1 for c in others):
-            return  # alone, or nobody with room: keep going rather than release in vain
-        self._last_balance_release_ms[topic] = now
-        self._release([(topic, worst)], f"behind by {lags[worst]} records")
-
-    def _release_for_balance(self, topic: str, count: int, mine: list[int], now: int) -> None:
-        if now - self._last_balance_release_ms.get(topic, -(2**62)) < self.hi:
-            return  # then give the others one interval to take what we released
-        targets = self._fair_targets(topic, count, now)
-        held = self._held_by_client(topic, count, now)
-        deficit = sum(max(0, t - held.get(c, 0)) for c, t in targets.items()
-                      if c != self.me.client_id)
-        excess = len(mine) - targets[self.me.client_id]
-        if deficit <= 0 or excess <= 0:
-            return  # nobody could take it: keep consuming rather than release in vain
-        self._last_balance_release_ms[topic] = now
-        self._release([(topic, p) for p in mine[len(mine) - min(excess, deficit):]],
-                      "for another member")
 
     def _claimable(self, claim: PartitionClaim, now: int) -> bool:
         owner = claim.owner
@@ -308,13 +222,17 @@ class MemberEngine(HoldingMember):
 
     def _predecessor_claims(self) -> list[PartitionClaim]:
         now = self.clock.now_ms()
+        return [c for topic in self.config.topics for c in self._namesake_claims(topic, now)]
+
+    def _namesake_claims(self, topic: str, now: int) -> list[PartitionClaim]:
+        """Claims of ``topic`` held under our client id by another process (the index of
+        owners: what our client id owns, not every partition)."""
+        group = self.config.group_id
         found = []
-        for topic in self.config.topics:
-            for claim in self.rationalizer.claims(self.config.group_id, topic):
-                owner = claim.owner
-                if (owner is not None and owner.client_id == self.me.client_id
-                        and owner != self.me and claim.is_held(now)):
-                    found.append(claim)
+        for partition in self.rationalizer.owned_by(group, topic, self.me.client_id):
+            claim = self._claim(topic, partition)
+            if claim.owner is not None and claim.owner != self.me and claim.is_held(now):
+                found.append(claim)
         return found
 
     def _may_reclaim(self, owner: Owner, now: int) -> bool:
@@ -324,9 +242,13 @@ class MemberEngine(HoldingMember):
 
     def _claim_some(self, topic: str, count: int, wanted: int, now: int) -> None:
         start = self.rng.randrange(count)
-        # Claims won and not taken up yet (a take-up failed, or retake()) come first.
+        # Claims won and not taken up yet (a take-up failed, or retake()) come first; then
+        # what nobody holds, from the rationalizer's index (released, stale, never claimed,
+        # each from a random start so members starting together spread their claims): a
+        # step does not walk the topic's partitions.
         untaken = sorted(p for t, p in self._untaken if t == topic and p < count)
-        order = chain(untaken, range(start, count), range(start))  # lazily: P may be large
+        order = chain(untaken, self.rationalizer.claimable(self.config.group_id, topic, count,
+                                                           now, start))
         candidates: list[int] = []
         chosen: set[int] = set()
         for partition in order:

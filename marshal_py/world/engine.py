@@ -271,7 +271,11 @@ class Core(Modes, ExclusiveRules):
                             if owner is not sender and owner != sender:
                                 code = NOT_OWNER
                             else:
+                                last = claim.last_heartbeat_ms
                                 claim.last_heartbeat_ms = ts
+                                if last is not None and ts < last:
+                                    # A broker clock that went back: re-arm the index.
+                                    route.pair.index.beat(route.partition, claim)
                                 if not claim.transactional:
                                     claim.committed_offset = int(raw)
                                 announced = life.intervals.get(sender)

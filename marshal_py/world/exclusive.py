@@ -36,7 +36,10 @@ class ExclusiveRules:
         claim = route.claim
         if claim is None:
             claim = route.claim = route.pair.claim(route.partition)
+        earlier = claim.last_heartbeat_ms is not None and ts < claim.last_heartbeat_ms
         claim.last_heartbeat_ms = ts
+        if earlier:
+            route.pair.index.beat(route.partition, claim)  # a broker clock that went back
         if not claim.transactional:  # an exactly-once offset moves by transactions only
             claim.committed_offset = offset
         announced = life.intervals.get(route.owner)
@@ -51,6 +54,7 @@ class ExclusiveRules:
         if claim.owner != sender:
             return NOT_OWNER
         claim.owner = None
+        route.pair.index.freed(route.partition, sender)
         if not claim.transactional:
             claim.committed_offset = offset
         if claim.amo_claimed_offset is not None and claim.amo_claimed_offset >= offset:
@@ -77,9 +81,12 @@ class ExclusiveRules:
         announced = life.intervals.get(sender)
         owner = claim.owner
         if owner == sender:
+            earlier = claim.last_heartbeat_ms is not None and ts < claim.last_heartbeat_ms
             claim.last_heartbeat_ms = ts
             if announced is not None:
                 claim.heartbeat_interval_ms = announced
+            if earlier:
+                route.pair.index.beat(route.partition, claim)  # a broker clock went back
             life.seen(sender, ts)
             return CLAIM_RENEWED
         if owner is not None and owner.client_id == sender.client_id:
@@ -96,6 +103,7 @@ class ExclusiveRules:
         claim.claimed_at_ms = ts
         claim.last_heartbeat_ms = ts
         claim.heartbeat_interval_ms = announced
+        route.pair.index.owned(route.partition, claim, owner)
         if code == CLAIM_RECLAIMED:
             for other in life.instances_of(sender.client_id):
                 life.replaced(other)

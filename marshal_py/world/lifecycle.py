@@ -25,59 +25,19 @@ forgets a member: only a record does); otherwise they fall back to a scan.
 
 from __future__ import annotations
 
-import enum
 import heapq
 from bisect import bisect_left, insort
-from dataclasses import dataclass
-from typing import NamedTuple
 
+from marshal_py.world.group_views import GroupLifecycle, GroupState, MemberRank
 from marshal_py.world.state import Owner
+
+__all__ = ["DEFAULT_OFFSETS_RETENTION_MS", "NEVER", "GroupLife", "GroupLifecycle",
+           "GroupState", "MemberRank"]
 
 #: Default offset retention: an Empty group's offsets live this long (Kafka's default too).
 DEFAULT_OFFSETS_RETENTION_MS = 7 * 24 * 3600 * 1000
 #: Later than any broker time.
 NEVER = 2**63
-
-
-class GroupState(enum.Enum):
-    """Where a (group, topic) pair is in its lifecycle at some time."""
-
-    STABLE = "stable"
-    EMPTY = "empty"
-    DEAD = "dead"
-
-
-@dataclass(frozen=True, slots=True)
-class GroupLifecycle:
-    """A view of a (group, topic) pair at ``now_ms``.
-
-    ``since_ms``: when the pair entered its state (Stable: the first sign of life after it
-    was Empty; Empty and Dead: when it turned Empty). ``expires_at_ms``: when an Empty pair
-    turns (or turned) Dead; None while Stable. ``intervals``: the heartbeat interval each
-    live member announced, aligned with ``members`` (None: it announced none).
-    """
-
-    group: str
-    topic: str
-    state: GroupState
-    members: tuple[Owner, ...]
-    since_ms: int | None
-    expires_at_ms: int | None
-    intervals: tuple[int | None, ...] = ()
-
-
-class MemberRank(NamedTuple):
-    """Where one client id stands in a (group, topic) pair at some time.
-
-    ``members``: how many client ids have a live member, counting this one among them;
-    ``place``: its position (from 0) in their sorted order; ``live``: whether it has a live
-    member itself. A fair share is ``partitions // members``, one more for the first
-    ``partitions % members`` places.
-    """
-
-    members: int
-    place: int
-    live: bool
 
 
 class GroupLife:
@@ -112,6 +72,7 @@ class GroupLife:
         "joined",
         "last_checkpoint_ms",
         "members",
+        "min_interval",
         "retention_ms",
         "shared",
         "stable_since_ms",
@@ -128,6 +89,8 @@ class GroupLife:
         self.stable_since_ms: int | None = None
         self.hi = hi
         self.retention_ms = retention_ms
+        #: The shortest interval a member announced in this life (NEVER: none).
+        self.min_interval = NEVER
         #: Until this broker time (inclusive) no member goes stale and the pair cannot die:
         #: :meth:`settle` has nothing to do. (Conservative: it may be earlier.)
         self.due = NEVER
@@ -186,6 +149,7 @@ class GroupLife:
             self._instances.setdefault(member.client_id, set()).add(member)
         self.shared = sum(1 for n in self._instances.values() if len(n) > 1)
         self._clients = sorted(self._instances)
+        self.min_interval = min(self.intervals.values(), default=NEVER)
         self._index_first()
         self._version += 1
         self._refresh_due()
@@ -274,6 +238,8 @@ class GroupLife:
             if self.intervals.get(member) == interval_ms:
                 return
             self.intervals[member] = interval_ms
+            if interval_ms < self.min_interval:
+                self.min_interval = interval_ms
             joined = self.joined.get(member)
             if joined is not None and member in self.members:
                 heapq.heappush(self._first, (joined, member))

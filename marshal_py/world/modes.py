@@ -123,6 +123,7 @@ class Modes:
         if live:
             return RESET_IGNORED, f"group has {len(live)} live member(s)"
         claim = pair.claim(partition)
+        pair.index.freed(partition, claim.owner)
         claim.owner = None
         claim.released_by = None
         claim.heartbeat_interval_ms = None

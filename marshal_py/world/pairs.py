@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from marshal_py.world.checkpoint import ClaimState
+from marshal_py.world.claim_index import ClaimIndex
 from marshal_py.world.lifecycle import GroupLife
 from marshal_py.world.sequences import PairSequences
 from marshal_py.world.signed_path import mac_keys
@@ -45,6 +46,7 @@ class Pair:
         "group",
         "hi",
         "home",
+        "index",
         "keyed",
         "keys",
         "life",
@@ -69,6 +71,8 @@ class Pair:
         self.home = home
         self.life: GroupLife | None = None
         self.claims: dict[int, ClaimState] = {}
+        #: The claimable partitions and who owns what, kept with ``claims`` by the rules.
+        self.index = ClaimIndex(hi)
         self.shares: dict[int, SharePartition] = {}
         self.keyed: dict[int, KeySharedPartition] = {}
         self.sequences: PairSequences | None = None
@@ -94,6 +98,7 @@ class Pair:
     def clear(self) -> None:
         """Forget the pair's offsets and modes (it expired: KIP-211)."""
         self.claims.clear()
+        self.index.clear()
         self.shares.clear()
         self.keyed.clear()
         self.life = None

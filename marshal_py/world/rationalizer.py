@@ -8,8 +8,9 @@ the records are applied fast is described in :mod:`marshal_py.world.engine`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.messages import Checkpoint
@@ -148,6 +149,7 @@ class Rationalizer(Core):
         state.life.configure(pair.hi, pair.retention_ms)
         pair.life = state.life
         pair.claims.update(state.claims)
+        pair.index.rebuild(pair.claims, min(pair.hi, state.life.min_interval))
         pair.shares.update(state.shares)
         pair.keyed.update(state.key_shared)
         pair.sequences = None if state.sequences.is_empty() else state.sequences
@@ -197,6 +199,35 @@ class Rationalizer(Core):
         """Every partition the log mentions, optionally filtered, sorted by key."""
         return [_view(PartitionKey(pair.group, pair.topic, p), pair.claims[p], pair.hi)
                 for pair in self._chosen(group, topic) for p in sorted(pair.claims)]
+
+    def claimable(self, group: str, topic: str, count: int, now_ms: int,
+                  start: int = 0) -> Iterator[int]:
+        """The partitions below ``count`` nobody holds at ``now_ms`` (no owner, or a stale
+        one): released ones first, then stale ones, then those never claimed, each from
+        ``start`` round. Lazy, and in time independent of the partition count (but for
+        partitions never claimed): take what you need before the next record is applied."""
+        pair = self._pairs.get((group, topic))
+        if pair is None:
+            return chain(range(start, count), range(min(start, count)))
+        life = pair.life
+        return pair.index.claimable(pair.claims, count, now_ms, pair.hi,
+                                    pair.hi if life is None else life.min_interval, start)
+
+    def held_counts(self, group: str, topic: str, now_ms: int) -> dict[str, int]:
+        """How many partitions of ``topic`` each client id holds at ``now_ms`` (an owner
+        that is not stale), in O(client ids) (and the stale claims)."""
+        pair = self._pairs.get((group, topic))
+        if pair is None:
+            return {}
+        life = pair.life
+        return pair.index.held_counts(pair.claims, now_ms, pair.hi,
+                                      pair.hi if life is None else life.min_interval)
+
+    def owned_by(self, group: str, topic: str, client_id: str) -> list[int]:
+        """The partitions of ``topic`` owned under ``client_id`` (by any of its processes,
+        held or stale), sorted."""
+        pair = self._pairs.get((group, topic))
+        return [] if pair is None else sorted(pair.index.by_client.get(client_id, ()))
 
     def members(self, group: str, topic: str, now_ms: int) -> list[Owner]:
         """Live members of ``group`` consuming ``topic`` as of ``now_ms``, sorted.
