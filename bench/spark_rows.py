@@ -120,10 +120,11 @@ READERS_BY_NAME = {r.name: r for r in SPARK_READERS}
 MASTERS = ("local", "cluster")
 
 
-def masters_wanted() -> list[str]:
-    """``BENCH_SPARK_MASTERS`` (comma-separated: local, cluster; default both)."""
-    wanted = [m.strip() for m in os.environ.get("BENCH_SPARK_MASTERS", "local,cluster").split(",")
-              if m.strip()]
+def masters_wanted(default: str | None = None) -> list[str]:
+    """``BENCH_SPARK_MASTERS`` (comma-separated: local, cluster; default ``default``, else
+    both)."""
+    chosen = os.environ.get("BENCH_SPARK_MASTERS", default or "local,cluster")
+    wanted = [m.strip() for m in chosen.split(",") if m.strip()]
     unknown = [m for m in wanted if m not in MASTERS]
     if unknown or not wanted:
         raise BenchError(f"BENCH_SPARK_MASTERS names {unknown or 'nothing'}; use local, "
