@@ -39,6 +39,8 @@ _PART_OF_SPARK_FILE = {f"tests/spark/{name}": part
 _PART_OF_TEST = {
     "tests/spark/test_audit_engines.py::test_engines_agree_on_a_standalone_cluster":
         "spark-cluster",
+    "tests/spark/test_range_stream.py::test_on_a_standalone_cluster_executor_jvms_read_every_"
+    "record": "spark-cluster",
 }
 
 #: Parts (or directories) in the order the workers take them up; the rest follow, then the
