@@ -3,7 +3,8 @@
 The data: N records of 100 bytes over 12 partitions (N = 1,000,000; ``--quick`` 5,000),
 produced once. Every reader reads all of it from the beginning, ``ctx.repeat`` times,
 interleaved (per repetition: the 11 Python readers with 1 process, the 11 with 3 processes,
-then the Spark readers):
+then the Spark readers; ``--quick``, a smoke run: the Python readers with 2 processes once,
+the Spark readers on a local session only):
 
 * **Python consumers** — separate OS processes (``python -m bench.suite_overhead --worker``),
   started and connected before the clock starts (Python start-up and imports outside the
@@ -32,9 +33,14 @@ then the Spark readers):
     (librdkafka fetches), read as ``alo-poll``, ``alo-batch``, ``amo-poll``.
 
   AMO runs at its defaults (windows of at most ``amo_batch_size`` = 10,000 records or
-  ``amo_window`` = 0.1 s, confirmed in ``__marshal`` ahead of hand-out). The ``ck`` anchor
-  gets the librdkafka settings our confluent fetcher sets (``fetch.queue.backoff.ms`` 10,
-  ``fetch.wait.max.ms`` 100, ``isolation.level`` read_uncommitted; see
+  ``amo_window`` = 0.1 s, confirmed in ``__marshal`` ahead of hand-out). A member starved past
+  2 HI on a loaded machine loses its claims, and the records of the windows it had confirmed
+  are never handed out: at-most-once allows it, so the run counts them as *lost to
+  takeovers* (column of the table) when the audit of ``__marshal`` shows their partition
+  taken over (``bench.harness.amo_takeovers``), and fails on a record missing without one.
+  The ``ck`` anchor gets the librdkafka settings our confluent fetcher sets
+  (``fetch.queue.backoff.ms`` 10, ``fetch.wait.max.ms`` 100, ``isolation.level``
+  read_uncommitted; see
   ``marshal_py.client.confluent_fetcher.ConfluentFetcher``), so the ratio is our layer, not
   librdkafka tuning; it assigns its partitions after *go* (librdkafka prefetches from ``assign`` on,
   which before the clock would read ahead outside it), as our fetcher does. (A plain
