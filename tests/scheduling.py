@@ -4,7 +4,8 @@ Most of the suite waits: on heartbeat intervals, leases, brokers and Spark jobs.
 workers (``bin/test`` runs three) use those waits, each with a broker of its own (the session
 fixtures are per worker). A worker is handed whole *parts*: a test file, or for the Spark
 tests one of four fixed sets of files, so that each Spark session (a JVM and Python workers)
-starts once per part and the standalone cluster once in the whole run. Parts go out longest
+starts once per part and the standalone cluster once in the whole run; the files that also
+run on a Kafka 3.9 broker are one part too, so that broker starts once. Parts go out longest
 first -- the Spark parts, the jobs with a program of their own, the fault campaigns -- and
 the pure tests, quick and many, fill the gaps at the end.
 
@@ -32,8 +33,16 @@ SPARK_PARTS = {
                      "test_source_key_shared.py"),
     "spark-cluster": ("test_cluster.py", "test_source_cluster.py"),
 }
-_PART_OF_SPARK_FILE = {f"tests/spark/{name}": part
+#: The files whose tests also run on a Kafka 3.9 broker (``ON_EVERY_BROKER``), one part: the
+#: 3.9 broker (a session fixture, started on first use) then starts once in the run, not on
+#: every worker.
+KAFKA39_PART = ("kafka-3.9", ("tests/integration/test_consumers.py",
+                              "tests/integration/test_share.py",
+                              "tests/integration/test_key_shared.py",
+                              "tests/integration/test_devbroker.py"))
+_PART_OF_FILE = {f"tests/spark/{name}": part
                        for part, names in SPARK_PARTS.items() for name in names}
+_PART_OF_FILE.update({path: KAFKA39_PART[0] for path in KAFKA39_PART[1]})
 #: Tests that go with another part than their file's: those on the standalone cluster, which
 #: starts once, in the cluster part.
 _PART_OF_TEST = {
@@ -46,7 +55,7 @@ _PART_OF_TEST = {
 #: Parts (or directories) in the order the workers take them up; the rest follow, then the
 #: pure tests.
 FIRST = ("spark-audit", "spark-streams", "spark-source", "spark-cluster",
-         "tests/test_bench_quick.py", "tests/chaos/", "tests/failure/")
+         "tests/test_bench_quick.py", "kafka-3.9", "tests/chaos/", "tests/failure/")
 PURE = ("tests/unit/", "tests/property/", "tests/simulation/", "tests/golden/",
         "tests/contract/")
 
@@ -57,7 +66,7 @@ def part_of(nodeid: str) -> str:
         if nodeid.startswith(test):
             return part
     path = nodeid.split("::", 1)[0]
-    return _PART_OF_SPARK_FILE.get(path, path)
+    return _PART_OF_FILE.get(path, path)
 
 
 def rank_of(nodeid: str) -> int:

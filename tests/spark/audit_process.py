@@ -8,12 +8,14 @@ needs the JVM reader.
 Reads one JSON object a line on stdin, ``{"bootstrap": ..., "topic": ..., "output": ...}``,
 audits that coordination topic into ``output`` and answers with one JSON line on stdout:
 ``{"ok": true, "result": AuditResult.as_json() and its extras}`` or ``{"ok": false,
-"error": "..."}``. Ends at the end of stdin. Spark's own chatter goes to stderr.
+"error": "..."}``. Ends at the end of stdin. Everything else written to standard output
+(Spark's chatter, the JVM's) goes to stderr.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 
@@ -24,8 +26,11 @@ from marshal_py.spark.session import local_session
 
 def main() -> None:
     heartbeat_interval_ms = int(sys.argv[1])
-    answers = sys.stdout
-    sys.stdout = sys.stderr  # anything else printed must not mix with the answers
+    # The answers get standard output's pipe to themselves: whatever else writes to fd 1
+    # (the JVM and the Python workers it starts inherit it) goes to stderr instead.
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     spark = local_session("audit-jvm-reader", "local[2]", **kafka_connector_conf())
     try:
         print(json.dumps({"ready": True}), file=answers, flush=True)

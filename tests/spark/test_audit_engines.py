@@ -254,9 +254,11 @@ class JvmAuditor:
 
     def _read(self) -> None:
         assert self._process.stdout is not None
-        for line in self._process.stdout:
-            self._answers.put(json.loads(line))
-        self._answers.put(None)  # the process ended
+        try:
+            for line in self._process.stdout:
+                self._answers.put(json.loads(line))
+        finally:
+            self._answers.put(None)  # the process ended (or wrote what is not an answer)
 
     def _next(self, what: str, timeout_s: float) -> dict[str, Any]:
         try:
