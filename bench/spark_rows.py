@@ -69,6 +69,7 @@ KEYS = 10_000
 #: Records of the small-batch topic, and the records per batch its readers are limited to.
 SMALL_RECORDS = int(os.environ.get("BENCH_SPARK_SMALL_RECORDS", "20000"))
 SMALL_BATCH = 1_000
+QUICK_SMALL_RECORDS = 3 * SMALL_BATCH
 
 
 @dataclass(frozen=True)
@@ -137,9 +138,15 @@ def readers_on(master: str) -> list[SparkReader]:
     return [r for r in SPARK_READERS if master == "local" or r.cluster]
 
 
-def records_of(reader: SparkReader, records: int) -> int:
+def small_records(records: int, quick: bool = False) -> int:
+    """Records of the small-batch topic when the suite's other topics hold ``records``
+    (``--quick``: three batches, enough for a time per batch after the first)."""
+    return min(QUICK_SMALL_RECORDS if quick else SMALL_RECORDS, records)
+
+
+def records_of(reader: SparkReader, records: int, quick: bool = False) -> int:
     """Records ``reader`` reads when the suite's topics hold ``records``."""
-    return min(SMALL_RECORDS, records) if reader.data == "small" else records
+    return small_records(records, quick) if reader.data == "small" else records
 
 
 def master_label(master: str) -> str:

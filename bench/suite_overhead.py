@@ -553,7 +553,7 @@ def run_spark(ctx: BenchContext, masters: list[str], topics: dict[str, str], war
                 for reader in spark_rows.order(readers, i):
                     ctx.say(f"repetition {i + 1}/{ctx.repeat}: Spark {master} {reader.name}")
                     began = time.perf_counter()
-                    wanted = spark_rows.records_of(reader, records)
+                    wanted = spark_rows.records_of(reader, records, ctx.quick)
                     done = spark_rows.run_query(spark, ctx, reader, topics[reader.data], wanted)
                     result = Run(done.seconds, done.rows, done.rows - wanted,
                                  time.perf_counter() - began, batches=done.batches,
@@ -582,7 +582,7 @@ def run(ctx: BenchContext) -> SuiteReport:
         topics["keyed"] = ctx.create_topic(f"bench-overhead-keyed-{ctx.tag()}", PARTITIONS)
         ctx.produce(topics["keyed"], records, PARTITIONS, key=spark_rows.keyed)
         topics["small"] = ctx.create_topic(f"bench-overhead-small-{ctx.tag()}", PARTITIONS)
-        ctx.produce(topics["small"], min(spark_rows.SMALL_RECORDS, records), PARTITIONS)
+        ctx.produce(topics["small"], spark_rows.small_records(records, ctx.quick), PARTITIONS)
         warm = ctx.create_topic(f"bench-overhead-warm-{ctx.tag()}", PARTITIONS)
         ctx.produce(warm, spark_rows.WARM_UP_RECORDS, PARTITIONS, key=spark_rows.keyed)
     ends = {p: records // PARTITIONS + (1 if p < records % PARTITIONS else 0)
@@ -728,7 +728,7 @@ def _small_batch_table(ctx: BenchContext, records: int, where: str,
             extra = f"{per_batch[reader.name] - per_batch[reader.anchor]:+.0f}"
         rows.append([reader.label, rates[reader.name].cell(), f"{batches:.0f}",
                      f"{per_batch[reader.name]:.0f}", reader.anchor or "—", versus, extra])
-    small_records = spark_rows.records_of(small[0], records)
+    small_records = spark_rows.records_of(small[0], records, ctx.quick)
     report.tables.append(Table(
         f"Spark, small batches: {small_records:,} records in batches of at most "
         f"{spark_rows.SMALL_BATCH:,}, {where}, availableNow, noop sink (median of "
