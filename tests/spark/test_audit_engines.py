@@ -337,6 +337,7 @@ def jvm_auditor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JvmAuditor
         auditor.close()
 
 
+@pytest.mark.timeout(900)  # the first test on the JVM-reader process waits for its session
 def test_the_jvm_reader_gives_the_tables_of_the_local_engine(
         kafka_bootstrap: str, handmade_topic: str, tmp_path: Path,
         jvm_auditor: JvmAuditor) -> None:
