@@ -29,8 +29,8 @@ from bench.consumer import BenchError, create_topic, load, machine_line, percent
 
 T = TypeVar("T")
 
-__all__ = ["BROKER_PROPERTIES", "BenchContext", "BenchError", "load", "machine_line",
-           "percentile", "wait_for"]
+__all__ = ["BROKER_PROPERTIES", "AmoTakeovers", "BenchContext", "BenchError", "amo_takeovers",
+           "load", "machine_line", "percentile", "wait_for"]
 
 #: What the benchmark broker adds to the dev broker's ``server.properties``. Broker defaults
 #: everywhere else; only the KIP-848 (``group.protocol=consumer``) lower bounds are lowered to
@@ -105,3 +105,45 @@ class BenchContext:
             self.say(f"{what}: repetition {i + 1}/{self.repeat}")
             results.append(measure(i))
         return results
+
+
+@dataclass(frozen=True)
+class AmoTakeovers:
+    """What the coordination log says of one partition of an at-most-once group: how often
+    its claim was taken over (its owner stale for 2 HI) and the last offset confirmed."""
+
+    takeovers: int
+    last_confirmed: int | None
+
+    def covers(self, end: int) -> bool:
+        """Whether a takeover happened and the confirmed windows reach ``end`` (exclusive):
+        every record below ``end`` not handed out was confirmed by an owner that lost the
+        partition before handing it out, which at-most-once allows."""
+        return self.takeovers > 0 and self.last_confirmed is not None \
+            and self.last_confirmed + 1 >= end
+
+
+def amo_takeovers(bootstrap: str, group: str, topic: str, heartbeat_interval_ms: int,
+                  coordination_topic: str = "__marshal") -> dict[int, AmoTakeovers]:
+    """Per partition of ``topic``, the takeovers and the last confirmed offset of ``group``,
+    from an audit of the coordination log (``marshal audit``'s ``partitions`` table).
+
+    A benchmark reading at most once tells a record lost to a takeover (allowed: a member
+    starved past 2 HI on a loaded machine loses its claim, and the records of the window it
+    had confirmed are not read again) from a record lost otherwise (a bug) with this.
+    """
+    import tempfile
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    from marshal_py.audit.local import run_local_audit
+
+    with tempfile.TemporaryDirectory(prefix="bench-amo-audit-") as scratch:
+        run_local_audit(bootstrap, coordination_topic,
+                        heartbeat_interval_ms=heartbeat_interval_ms, output=Path(scratch),
+                        group=group, topic=topic)
+        rows = pq.read_table(Path(scratch) / "partitions").to_pylist()
+    return {int(row["partition"]): AmoTakeovers(int(row["takeovers"]),
+                                                row["amo_last_confirmed"])
+            for row in rows if row["group"] == group and row["topic"] == topic}

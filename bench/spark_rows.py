@@ -69,6 +69,7 @@ KEYS = 10_000
 #: Records of the small-batch topic, and the records per batch its readers are limited to.
 SMALL_RECORDS = int(os.environ.get("BENCH_SPARK_SMALL_RECORDS", "20000"))
 SMALL_BATCH = 1_000
+QUICK_SMALL_RECORDS = 3 * SMALL_BATCH
 
 
 @dataclass(frozen=True)
@@ -120,10 +121,11 @@ READERS_BY_NAME = {r.name: r for r in SPARK_READERS}
 MASTERS = ("local", "cluster")
 
 
-def masters_wanted() -> list[str]:
-    """``BENCH_SPARK_MASTERS`` (comma-separated: local, cluster; default both)."""
-    wanted = [m.strip() for m in os.environ.get("BENCH_SPARK_MASTERS", "local,cluster").split(",")
-              if m.strip()]
+def masters_wanted(default: str | None = None) -> list[str]:
+    """``BENCH_SPARK_MASTERS`` (comma-separated: local, cluster; default ``default``, else
+    both)."""
+    chosen = os.environ.get("BENCH_SPARK_MASTERS", default or "local,cluster")
+    wanted = [m.strip() for m in chosen.split(",") if m.strip()]
     unknown = [m for m in wanted if m not in MASTERS]
     if unknown or not wanted:
         raise BenchError(f"BENCH_SPARK_MASTERS names {unknown or 'nothing'}; use local, "
@@ -136,9 +138,15 @@ def readers_on(master: str) -> list[SparkReader]:
     return [r for r in SPARK_READERS if master == "local" or r.cluster]
 
 
-def records_of(reader: SparkReader, records: int) -> int:
+def small_records(records: int, quick: bool = False) -> int:
+    """Records of the small-batch topic when the suite's other topics hold ``records``
+    (``--quick``: three batches, enough for a time per batch after the first)."""
+    return min(QUICK_SMALL_RECORDS if quick else SMALL_RECORDS, records)
+
+
+def records_of(reader: SparkReader, records: int, quick: bool = False) -> int:
     """Records ``reader`` reads when the suite's topics hold ``records``."""
-    return min(SMALL_RECORDS, records) if reader.data == "small" else records
+    return small_records(records, quick) if reader.data == "small" else records
 
 
 def master_label(master: str) -> str:

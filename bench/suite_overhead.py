@@ -3,7 +3,8 @@
 The data: N records of 100 bytes over 12 partitions (N = 1,000,000; ``--quick`` 5,000),
 produced once. Every reader reads all of it from the beginning, ``ctx.repeat`` times,
 interleaved (per repetition: the 11 Python readers with 1 process, the 11 with 3 processes,
-then the Spark readers):
+then the Spark readers; ``--quick``, a smoke run: the Python readers with 2 processes once,
+the Spark readers on a local session only):
 
 * **Python consumers** — separate OS processes (``python -m bench.suite_overhead --worker``),
   started and connected before the clock starts (Python start-up and imports outside the
@@ -32,9 +33,14 @@ then the Spark readers):
     (librdkafka fetches), read as ``alo-poll``, ``alo-batch``, ``amo-poll``.
 
   AMO runs at its defaults (windows of at most ``amo_batch_size`` = 10,000 records or
-  ``amo_window`` = 0.1 s, confirmed in ``__marshal`` ahead of hand-out). The ``ck`` anchor
-  gets the librdkafka settings our confluent fetcher sets (``fetch.queue.backoff.ms`` 10,
-  ``fetch.wait.max.ms`` 100, ``isolation.level`` read_uncommitted; see
+  ``amo_window`` = 0.1 s, confirmed in ``__marshal`` ahead of hand-out). A member starved past
+  2 HI on a loaded machine loses its claims, and the records of the windows it had confirmed
+  are never handed out: at-most-once allows it, so the run counts them as *lost to
+  takeovers* (column of the table) when the audit of ``__marshal`` shows their partition
+  taken over (``bench.harness.amo_takeovers``), and fails on a record missing without one.
+  The ``ck`` anchor gets the librdkafka settings our confluent fetcher sets
+  (``fetch.queue.backoff.ms`` 10, ``fetch.wait.max.ms`` 100, ``isolation.level``
+  read_uncommitted; see
   ``marshal_py.client.confluent_fetcher.ConfluentFetcher``), so the ratio is our layer, not
   librdkafka tuning; it assigns its partitions after *go* (librdkafka prefetches from ``assign`` on,
   which before the clock would read ahead outside it), as our fetcher does. (A plain
@@ -87,7 +93,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from bench import spark_rows
-from bench.harness import BenchContext, BenchError, wait_for
+from bench.harness import BenchContext, BenchError, amo_takeovers, wait_for
 from bench.report import Measured, Plot, SuiteReport, Table, ratio
 from bench.worker_process import WorkerProcess
 from bench.worker_process import worker_pool as started_workers
@@ -96,6 +102,14 @@ PARTITIONS = 12
 HI_S = 1.0
 PROGRESS_S = 0.2
 PROCESS_COUNTS = (1, 3)
+#: ``--quick`` (a smoke run of every reader): one shape, two processes sharing the partitions.
+QUICK_PROCESS_COUNTS = (2,)
+#: An at-most-once run whose readers handed nothing out for this long, with partitions short
+#: of their end, asks the coordination log whether takeovers explain it (see run_python).
+AMO_STALL_S = 3 * HI_S
+#: ``--quick``: the Spark readers on a local session only (a standalone cluster's start is a
+#: minute of a 2-core machine); ``BENCH_SPARK_MASTERS`` still chooses.
+QUICK_MASTERS = "local"
 #: What every poll-style reader asks for per call (kafka-python's poll, ours, consume).
 POLL_TIMEOUT_S = 0.2
 POLL_RECORDS = 500
@@ -146,6 +160,10 @@ READERS: tuple[ReaderKind, ...] = (
                "confluent", "amo", "poll", "ck"),
 )
 KINDS = {kind.name: kind for kind in READERS}
+def process_counts(quick: bool) -> tuple[int, ...]:
+    return QUICK_PROCESS_COUNTS if quick else PROCESS_COUNTS
+
+
 def records_for(quick: bool) -> int:
     if quick:
         return 5_000
@@ -178,6 +196,8 @@ class _Reader:
     def __init__(self) -> None:
         self.next: dict[int, int] = {}
         self.last_at: dict[int, float] = {}
+        #: Records handed out per partition (at most once: every offset once at most).
+        self.counts: dict[int, int] = {}
         self.first_at: float | None = None
         self.count = 0
         self.lock = threading.Lock()
@@ -189,12 +209,14 @@ class _Reader:
             if offset >= self.next.get(partition, 0):
                 self.next[partition] = offset + 1
                 self.last_at[partition] = time.time()
+            self.counts[partition] = self.counts.get(partition, 0) + 1
             self.count += 1
 
     def report(self, key: str) -> None:
         with self.lock:
             _say(**{key: True, "count": self.count, "first_at": self.first_at,
                     "next": {str(p): n for p, n in self.next.items()},
+                    "counts": {str(p): n for p, n in self.counts.items()},
                     "last_at": {str(p): t for p, t in self.last_at.items()}})
 
 
@@ -411,25 +433,41 @@ class Run:
     """Spark rows: the micro-batches that read records."""
     batch_ms: float = 0.0
     """Spark rows: the median time of a batch after the first (see spark_rows.QueryRun)."""
+    lost: int = 0
+    """At most once: records never handed out because their owner was starved past 2 HI and
+    its claim taken over after it had confirmed them (allowed by at-most-once)."""
 
 
 def run_python(ctx: BenchContext, kind: str, processes: int, topic: str, ends: dict[int, int],
                records: int) -> Run:
-    """One run of ``processes`` readers of ``kind``: go to the last record handed out."""
+    """One run of ``processes`` readers of ``kind``: go to the last record handed out.
+
+    Every record must be handed out, except, for at-most-once readers, records whose
+    partition the coordination log shows taken over after they were confirmed: a member
+    starved past 2 HI (a loaded machine) loses them, as at-most-once allows; they are counted
+    in :attr:`Run.lost`, and a record missing without a takeover is an error.
+    """
     tag = ctx.tag()
+    group = f"bench.overhead.{kind}.{tag}"
+    amo = KINDS[kind].mode == "amo"
     began = time.perf_counter()
+    covered: set[int] = set()
     with _workers(processes) as workers:
         for k, worker in enumerate(workers):
             worker.send(json.dumps({
                 "kind": kind, "bootstrap": ctx.bootstrap, "topic": topic,
                 "partitions": [p for p in range(PARTITIONS) if p % processes == k],
-                "group": f"bench.overhead.{kind}.{tag}", "client_id": f"reader-{k}"}))
+                "group": group, "client_id": f"reader-{k}"}))
         for worker in workers:
             worker.receive("ready", 60)
         go = time.time()
         for worker in workers:
             worker.send("go")
         timeout_s = 60 + records / 2_000
+        last_change = [time.monotonic(), -1]
+
+        def at_end(p: int, end: int) -> bool:
+            return any(w.latest.get("next", {}).get(str(p)) == end for w in workers)
 
         def finished() -> bool:
             for worker in workers:
@@ -438,8 +476,18 @@ def run_python(ctx: BenchContext, kind: str, processes: int, topic: str, ends: d
                     message = worker.messages.get()
                     raise BenchError(f"{kind} reader {worker.name} stopped early: "
                                      f"{message.get('error', message)}")
-            return all(any(w.latest.get("next", {}).get(str(p)) == end for w in workers)
-                       for p, end in ends.items())
+            short = [p for p, end in ends.items() if not at_end(p, end) and p not in covered]
+            if not short:
+                return True
+            count = sum(w.latest.get("count", 0) for w in workers)
+            if count != last_change[1]:
+                last_change[:] = [time.monotonic(), count]
+            elif amo and time.monotonic() - last_change[0] >= AMO_STALL_S:
+                # Nothing handed out for a while: were the missing tails lost to takeovers?
+                log = amo_takeovers(ctx.bootstrap, group, topic, int(HI_S * 1000))
+                covered.update(p for p in short if p in log and log[p].covers(ends[p]))
+                last_change[0] = time.monotonic()
+            return False
 
         wait_for(f"{processes} {kind} reader(s) to read {records:,} records", finished,
                  timeout_s, 0.05,
@@ -449,19 +497,42 @@ def run_python(ctx: BenchContext, kind: str, processes: int, topic: str, ends: d
         finals = [worker.receive("done", 60) for worker in workers]
     done_at = 0.0
     for p, end in ends.items():
-        at_end = [f["last_at"][str(p)] for f in finals if f["next"].get(str(p)) == end]
-        if not at_end:
+        reached = [f["last_at"][str(p)] for f in finals if f["next"].get(str(p)) == end]
+        if not reached and p not in covered:
             raise BenchError(f"{kind} x {processes}: partition {p} was reported read to its "
                              "end, but no reader's final report says so")
-        done_at = max(done_at, *at_end)
+        done_at = max([done_at, *reached,
+                       *(f["last_at"][str(p)] for f in finals if str(p) in f["last_at"])])
     delivered = sum(f["count"] for f in finals)
+    lost = 0
     if delivered < records:
-        raise BenchError(f"{kind} x {processes}: every partition reached its end but only "
-                         f"{delivered:,} of {records:,} records were handed out")
+        if not amo:
+            raise BenchError(f"{kind} x {processes}: every partition reached its end but only "
+                             f"{delivered:,} of {records:,} records were handed out")
+        lost = _lost_to_takeovers(ctx, kind, processes, group, topic, ends, finals)
     firsts = [f["first_at"] for f in finals if f.get("first_at") is not None]
     first_s = min(firsts) - go if firsts else 0.0
-    return Run(done_at - go, delivered, delivered - records, time.perf_counter() - began,
-               first_s)
+    return Run(done_at - go, delivered, max(0, delivered + lost - records),
+               time.perf_counter() - began, first_s, lost=lost)
+
+
+def _lost_to_takeovers(ctx: BenchContext, kind: str, processes: int, group: str, topic: str,
+                       ends: dict[int, int], finals: list[dict[str, Any]]) -> int:
+    """The records an at-most-once run did not hand out, all on partitions the coordination
+    log shows taken over (else :class:`BenchError`)."""
+    log = amo_takeovers(ctx.bootstrap, group, topic, int(HI_S * 1000))
+    lost = 0
+    for p, end in ends.items():
+        handed = sum(f.get("counts", {}).get(str(p), 0) for f in finals)
+        if handed >= end:
+            continue
+        taken = log.get(p)
+        if taken is None or taken.takeovers == 0:
+            raise BenchError(f"{kind} x {processes}: {end - handed:,} records of partition "
+                             f"{p} were never handed out, and the log shows no takeover of it")
+        lost += end - handed
+    ctx.say(f"  {lost:,} records lost to takeovers (at most once, a member starved past 2 HI)")
+    return lost
 
 
 def run_spark(ctx: BenchContext, masters: list[str], topics: dict[str, str], warm: str,
@@ -482,7 +553,7 @@ def run_spark(ctx: BenchContext, masters: list[str], topics: dict[str, str], war
                 for reader in spark_rows.order(readers, i):
                     ctx.say(f"repetition {i + 1}/{ctx.repeat}: Spark {master} {reader.name}")
                     began = time.perf_counter()
-                    wanted = spark_rows.records_of(reader, records)
+                    wanted = spark_rows.records_of(reader, records, ctx.quick)
                     done = spark_rows.run_query(spark, ctx, reader, topics[reader.data], wanted)
                     result = Run(done.seconds, done.rows, done.rows - wanted,
                                  time.perf_counter() - began, batches=done.batches,
@@ -500,7 +571,8 @@ def run(ctx: BenchContext) -> SuiteReport:
     if only not in ("", "spark", "python"):
         raise BenchError(f"BENCH_OVERHEAD_ONLY={only!r}: use spark or python (or leave it "
                          "unset for both)")
-    masters = spark_rows.masters_wanted() if only != "python" else []
+    masters = spark_rows.masters_wanted(QUICK_MASTERS if ctx.quick else None) \
+        if only != "python" else []
     records = records_for(ctx.quick)
     topic = ctx.create_topic(f"bench-overhead-{ctx.tag()}", PARTITIONS)
     ctx.produce(topic, records, PARTITIONS)
@@ -510,7 +582,7 @@ def run(ctx: BenchContext) -> SuiteReport:
         topics["keyed"] = ctx.create_topic(f"bench-overhead-keyed-{ctx.tag()}", PARTITIONS)
         ctx.produce(topics["keyed"], records, PARTITIONS, key=spark_rows.keyed)
         topics["small"] = ctx.create_topic(f"bench-overhead-small-{ctx.tag()}", PARTITIONS)
-        ctx.produce(topics["small"], min(spark_rows.SMALL_RECORDS, records), PARTITIONS)
+        ctx.produce(topics["small"], spark_rows.small_records(records, ctx.quick), PARTITIONS)
         warm = ctx.create_topic(f"bench-overhead-warm-{ctx.tag()}", PARTITIONS)
         ctx.produce(warm, spark_rows.WARM_UP_RECORDS, PARTITIONS, key=spark_rows.keyed)
     ends = {p: records // PARTITIONS + (1 if p < records % PARTITIONS else 0)
@@ -518,14 +590,15 @@ def run(ctx: BenchContext) -> SuiteReport:
     ends = {p: e for p, e in ends.items() if e}
     python: dict[tuple[str, int], list[Run]] = {}
     for i in range(ctx.repeat if only != "spark" else 0):
-        for n in PROCESS_COUNTS:
+        for n in process_counts(ctx.quick):
             for kind in READERS:
                 ctx.say(f"repetition {i + 1}/{ctx.repeat}: {kind.name} x {n}")
                 result = run_python(ctx, kind.name, n, topic, ends, records)
                 python.setdefault((kind.name, n), []).append(result)
                 ctx.say(f"  {records / result.seconds:,.0f} records/s "
                         f"({result.seconds:.2f} s, run {result.wall_s:.1f} s, "
-                        f"{result.duplicates:,} duplicates)")
+                        f"{result.duplicates:,} duplicates, {result.lost:,} lost to "
+                        "takeovers)")
     spark_runs = run_spark(ctx, masters, topics, warm, records)
     return _report(ctx, records, python, spark_runs)
 
@@ -558,7 +631,8 @@ def _report(ctx: BenchContext, records: int, python: dict[tuple[str, int], list[
 
 def _python_tables(ctx: BenchContext, records: int, python: dict[tuple[str, int], list[Run]],
                    report: SuiteReport) -> None:
-    for n in PROCESS_COUNTS:
+    counts = process_counts(ctx.quick)
+    for n in counts:
         rates = {k.name: _rates(python[(k.name, n)], records) for k in READERS}
         steady = {k.name: _steady_rates(python[(k.name, n)], records) for k in READERS}
         rows = []
@@ -574,13 +648,14 @@ def _python_tables(ctx: BenchContext, records: int, python: dict[tuple[str, int]
                 steady_versus = ratio(steady[kind.name].median, steady[kind.anchor].median)
             rows.append([kind.name, kind.label, rates[kind.name].cell(), anchor, versus,
                          f"{first:.2f}", f"{steady[kind.name].median:,.0f}", steady_versus,
-                         f"{max(dups):,}"])
+                         f"{max(dups):,}", f"{max(r.lost for r in runs):,}"])
         processes = "1 process" if n == 1 else f"{n} processes"
         report.tables.append(Table(
             f"Exclusive consumers, {processes}, {records:,} records of 100 B over "
             f"{PARTITIONS} partitions (records/s, median (range) of {ctx.repeat})",
             ["reader", "what", "records/s", "anchor", "ours / anchor", "first record (s)",
-             "records/s after the first", "ours / anchor after the first", "duplicates (max)"],
+             "records/s after the first", "ours / anchor after the first", "duplicates (max)",
+             "lost to takeovers (max)"],
             rows,
             ["records/s: go to the last record handed out; first record: go to the first "
              "record handed out (median); after the first: from the first record to the "
@@ -591,14 +666,17 @@ def _python_tables(ctx: BenchContext, records: int, python: dict[tuple[str, int]
              "ck (confluent-kafka consume, with the librdkafka settings of our confluent "
              "fetcher) for the ck-* readers, taking what is there or waiting for one message "
              "as our fetcher does. AMO at its defaults (windows of at most 10,000 records "
-             "and about 0.1 s)."]))
+             "and about 0.1 s). Lost to takeovers: AMO records a member confirmed and then "
+             "lost with its claim, starved past 2 HI (the coordination log's audit shows the "
+             "takeover); at-most-once allows it, and a record missing without one fails the "
+             "run."]))
     for client, title in (("kafka-python", "kafka-python fetching"),
                           ("confluent", "librdkafka (confluent-kafka) fetching")):
         kinds = [k for k in READERS if k.client == client]
         report.plots.append(Plot(
             f"Exclusive consumers, {title}: records/s (median)", "bar", "processes",
-            "records/s", [str(n) for n in PROCESS_COUNTS],
-            {k.name: [_rates(python[(k.name, n)], records).median for n in PROCESS_COUNTS]
+            "records/s", [str(n) for n in counts],
+            {k.name: [_rates(python[(k.name, n)], records).median for n in counts]
              for k in kinds}))
 
 
@@ -650,7 +728,7 @@ def _small_batch_table(ctx: BenchContext, records: int, where: str,
             extra = f"{per_batch[reader.name] - per_batch[reader.anchor]:+.0f}"
         rows.append([reader.label, rates[reader.name].cell(), f"{batches:.0f}",
                      f"{per_batch[reader.name]:.0f}", reader.anchor or "—", versus, extra])
-    small_records = spark_rows.records_of(small[0], records)
+    small_records = spark_rows.records_of(small[0], records, ctx.quick)
     report.tables.append(Table(
         f"Spark, small batches: {small_records:,} records in batches of at most "
         f"{spark_rows.SMALL_BATCH:,}, {where}, availableNow, noop sink (median of "

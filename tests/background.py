@@ -1,10 +1,10 @@
 """Long, self-contained checks that run in a child process beside the rest of the suite.
 
-Some checks are whole programs with a broker of their own (the benchmark smoke run, the
-million-record audit through ``bench.audit``). Started when collection finishes, under
-``nice -n 19``, they run on the CPU the foreground leaves idle: beside the pure tests (which
-run first, on one core) and while the broker tests wait on heartbeats, without taking the
-CPU from a test that times them. Their own test, run last, asserts on the outcome.
+Some checks are whole programs with a broker of their own (the benchmark smoke run). Started
+when collection finishes, under ``nice -n 19``, they run on the CPU the foreground leaves
+idle: beside the pure tests (which run first, on one core) and while the broker tests wait on
+heartbeats, without taking the CPU from a test that times them. Their own test, run last,
+asserts on the outcome.
 
 A test module declares its job at import time with :func:`background_job`; the job starts
 only if one of its tests is selected, and the suite runs the tests that read an outcome last.
@@ -26,8 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The lowest CPU priority: a job gets only what the foreground leaves (its broker and Spark
-#: JVMs inherit it).
+#: The lowest CPU priority: a job started in the background gets only what the foreground
+#: leaves (its broker and Spark JVMs inherit it). A job run inline, when its test asks (under
+#: pytest-xdist: a worker's part like any other), runs at the test's priority: starved at
+#: nice 19 beside busy workers, its at-most-once members would lose their claims and its
+#: Spark queries their deadlines.
 NICE = ("nice", "-n", "19") if shutil.which("nice") else ()
 
 
@@ -136,8 +139,9 @@ class BackgroundJobs:
             with self._lock:
                 if self._stopping:
                     raise RuntimeError(f"background job {job.name!r}: the session is ending")
+                nice = () if self.inline else NICE
                 process = self._running = subprocess.Popen(
-                    [*NICE, *job.command(scratch)], cwd=ROOT, stdout=out, stderr=err,
+                    [*nice, *job.command(scratch)], cwd=ROOT, stdout=out, stderr=err,
                     text=True)
             try:
                 returncode: int | None = process.wait(timeout=job.timeout_s)

@@ -100,6 +100,36 @@ def _fewer_examples(item: pytest.Item) -> None:
             current, max_examples=fewer)
 
 
+#: Parts of the suite the terminal summary lists, the longest first.
+SLOWEST_PARTS = 10
+
+
+@pytest.hookimpl(trylast=True)  # after the slowest tests (--durations)
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """After ``--durations``' slowest tests, the slowest parts of the suite (the units
+    tests/scheduling.py hands the workers; a test file, or a set of Spark files): setup, call
+    and teardown of their tests summed, to keep the parts' order right."""
+    from tests.scheduling import part_of
+
+    totals: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            duration = getattr(report, "duration", None)
+            nodeid = getattr(report, "nodeid", "")
+            if duration is None or not nodeid or getattr(report, "when", None) is None:
+                continue
+            part = part_of(nodeid)
+            totals[part] = totals.get(part, 0.0) + duration
+            if report.when == "call":
+                counts[part] = counts.get(part, 0) + 1
+    if len(totals) < 2:
+        return
+    terminalreporter.write_sep("=", f"slowest {SLOWEST_PARTS} parts (tests/scheduling.py)")
+    for part, seconds in sorted(totals.items(), key=lambda kv: -kv[1])[:SLOWEST_PARTS]:
+        terminalreporter.write_line(f"{seconds:8.1f}s  {part} ({counts.get(part, 0)} tests)")
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     session.config.stash[_BACKGROUND].start([item.nodeid for item in session.items])
 

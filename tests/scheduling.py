@@ -3,8 +3,9 @@
 Most of the suite waits: on heartbeat intervals, leases, brokers and Spark jobs. Several
 workers (``bin/test`` runs three) use those waits, each with a broker of its own (the session
 fixtures are per worker). A worker is handed whole *parts*: a test file, or for the Spark
-tests one of three fixed sets of files, so that each Spark session (a JVM and Python workers)
-starts once per part and the standalone cluster once in the whole run. Parts go out longest
+tests one of four fixed sets of files, so that each Spark session (a JVM and Python workers)
+starts once per part and the standalone cluster once in the whole run; the files that also
+run on a Kafka 3.9 broker are one part too, so that broker starts once. Parts go out longest
 first -- the Spark parts, the jobs with a program of their own, the fault campaigns -- and
 the pure tests, quick and many, fill the gaps at the end.
 
@@ -18,30 +19,54 @@ from typing import Any
 
 from xdist.scheduler import LoadScopeScheduling
 
-#: The Spark test files by part, about the same length each (2026-11-25: 3-5 minutes).
+#: The Spark test files by part, the longest part first (2026-11-25, from --durations on a
+#: loaded machine: the audit part about 5 minutes, the others 3-5).
 SPARK_PARTS = {
+    # The million-record audit (a generated log, both engines) and the other audit tests,
+    # which share its broker, its local session and its Spark process with the Kafka
+    # connector; its standalone-cluster test goes with the cluster part (one cluster a run).
+    "spark-audit": ("test_audit_engines.py",),
     "spark-streams": ("test_range_stream.py", "test_example_pipeline.py",
                       "test_kafka_output.py", "test_fetch.py", "test_source_auth.py",
                       "test_range_stream_secured.py"),
     "spark-source": ("test_source_integration.py", "test_transactional_input.py",
                      "test_source_key_shared.py"),
-    "spark-cluster": ("test_cluster.py", "test_source_cluster.py", "test_audit_engines.py"),
+    "spark-cluster": ("test_cluster.py", "test_source_cluster.py"),
 }
-_PART_OF_SPARK_FILE = {f"tests/spark/{name}": part
+#: The files whose tests also run on a Kafka 3.9 broker (``ON_EVERY_BROKER``), one part: the
+#: 3.9 broker (a session fixture, started on first use) then starts once in the run, not on
+#: every worker.
+KAFKA39_PART = ("kafka-3.9", ("tests/integration/test_consumers.py",
+                              "tests/integration/test_share.py",
+                              "tests/integration/test_key_shared.py",
+                              "tests/integration/test_devbroker.py"))
+_PART_OF_FILE = {f"tests/spark/{name}": part
                        for part, names in SPARK_PARTS.items() for name in names}
+_PART_OF_FILE.update({path: KAFKA39_PART[0] for path in KAFKA39_PART[1]})
+#: Tests that go with another part than their file's: those on the standalone cluster, which
+#: starts once, in the cluster part.
+_PART_OF_TEST = {
+    "tests/spark/test_audit_engines.py::test_engines_agree_on_a_standalone_cluster":
+        "spark-cluster",
+    "tests/spark/test_range_stream.py::test_on_a_standalone_cluster_executor_jvms_read_every_"
+    "record": "spark-cluster",
+}
 
 #: Parts (or directories) in the order the workers take them up; the rest follow, then the
 #: pure tests.
-FIRST = ("spark-streams", "spark-source", "spark-cluster", "tests/test_bench_quick.py",
-         "tests/chaos/", "tests/failure/")
+FIRST = ("spark-audit", "spark-streams", "spark-source", "spark-cluster",
+         "tests/test_bench_quick.py", "kafka-3.9", "tests/chaos/", "tests/failure/")
 PURE = ("tests/unit/", "tests/property/", "tests/simulation/", "tests/golden/",
         "tests/contract/")
 
 
 def part_of(nodeid: str) -> str:
     """The part of the suite a test belongs to (one worker runs a part whole)."""
+    for test, part in _PART_OF_TEST.items():
+        if nodeid.startswith(test):
+            return part
     path = nodeid.split("::", 1)[0]
-    return _PART_OF_SPARK_FILE.get(path, path)
+    return _PART_OF_FILE.get(path, path)
 
 
 def rank_of(nodeid: str) -> int:

@@ -1,7 +1,10 @@
 """The benchmark harness runs end to end: ``python -m bench --quick`` (a smoke test, run in
 the background from the start of the session: tests/background.py).
 
-Every suite runs at its smallest size against one dev broker, ours and every anchor once.
+Every suite runs at its smallest size against one dev broker, ours and every anchor once. It
+runs beside the rest of the suite: a member starved past 2 HI there loses its claims, and the
+at-most-once records it had confirmed are counted as lost to takeovers, which the bench tells
+from a loss with the coordination log's audit (``bench.harness.amo_takeovers``).
 No timing is asserted here: the figures live in BENCHMARKS.md, measured full-size on a quiet
 machine. What is asserted is that each suite measured something for every reader it names and
 wrote its JSON, Markdown and plots.
@@ -40,7 +43,6 @@ BENCH_QUICK = background_job(Job(
 
 
 @pytest.mark.integration
-@pytest.mark.serial  # its AMO and share rows assert exact counts, which need members alive
 @pytest.mark.timeout(2700)
 def test_every_suite_runs_quick_against_one_broker(background: BackgroundJobs) -> None:
     """Run in the background from the start of the session (tests/background.py)."""

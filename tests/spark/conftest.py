@@ -25,8 +25,10 @@ Usage::
 pyspark allows one SparkSession per process, so ``spark`` and ``cluster_session`` share one
 slot (:class:`SparkSessions`): the first test that needs the cluster session stops the local
 one. To do that once per run, the tests under tests/spark are reordered at collection: every
-test that uses ``spark_cluster`` or ``cluster_session`` runs after all the others (each group
-keeps its order). Consequently:
+test that uses ``spark_cluster`` or ``cluster_session`` runs after all the others, those on
+``spark_cluster`` alone first (an application they start, in a subprocess, gets the cluster's
+cores: the cluster session holds them all while it lives); each group keeps its order.
+Consequently:
 
 * a test may use ``spark`` or ``cluster_session``, not both (it fails at setup);
 * fixtures of any scope may depend on ``spark``; a fixture that depends on ``cluster_session``
@@ -98,7 +100,9 @@ _CLUSTER_FIXTURES = frozenset({"spark_cluster", "cluster_session"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the tests under tests/spark that use the cluster after all the others there.
+    """Run the tests under tests/spark that use the cluster after all the others there: first
+    those that use ``spark_cluster`` alone (an application of their own, e.g. in a
+    subprocess, may then take the cluster's cores), then those on ``cluster_session``.
 
     The local SparkSession is then stopped once, when the cluster session starts, and never
     needed again. The order within each group is kept; items outside tests/spark stay put.
@@ -106,8 +110,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     positions = [i for i, item in enumerate(items) if item.path.is_relative_to(HERE)]
     ours = [items[i] for i in positions]
     local = [item for item in ours if not _uses_cluster(item)]
-    cluster = [item for item in ours if _uses_cluster(item)]
-    for position, item in zip(positions, local + cluster, strict=True):
+    cluster_only = [item for item in ours
+                    if _uses_cluster(item) and not _uses_cluster_session(item)]
+    on_session = [item for item in ours if _uses_cluster_session(item)]
+    for position, item in zip(positions, local + cluster_only + on_session, strict=True):
         items[position] = item
 
 
@@ -125,6 +131,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def _uses_cluster(item: pytest.Item) -> bool:
     names = getattr(item, "fixturenames", ())
     return any(name in _CLUSTER_FIXTURES for name in names)
+
+
+def _uses_cluster_session(item: pytest.Item) -> bool:
+    return "cluster_session" in getattr(item, "fixturenames", ())
 
 
 class SparkSessions:

@@ -50,15 +50,21 @@ def main() -> int:
     parser.add_argument("--option", action="append", default=[])
     parser.add_argument("--reader-option", action="append", default=[])
     parser.add_argument("--cluster", action="store_true")
+    parser.add_argument("--master", default=None,
+                        help="a running standalone cluster's master URL (instead of --cluster)")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         master = "local[2]"
         conf: dict[str, str | int] = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
         if not args.no_connector:
             conf.update(kafka_connector_conf())
-        if args.cluster:
-            cluster = stack.enter_context(StandaloneCluster(workers=2, cores=1, memory="1g"))
-            master = cluster.master_url
+        if args.cluster or args.master:
+            if args.master:
+                master = args.master
+            else:
+                cluster = stack.enter_context(StandaloneCluster(workers=2, cores=1,
+                                                                memory="1g"))
+                master = cluster.master_url
             conf.update({"spark.executor.cores": 1, "spark.cores.max": 2,
                          "spark.executor.memory": "512m",
                          "spark.scheduler.minRegisteredResourcesRatio": "1.0",

@@ -29,6 +29,8 @@ from tests.txn_input import create_topic, read_all, write_transactions
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from marshal_py.spark.cluster import StandaloneCluster
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).parents[2]
@@ -211,13 +213,17 @@ def test_signed_group_stream_signs_every_record_and_reads_every_record(
 
 
 def test_on_a_standalone_cluster_executor_jvms_read_every_record(
-        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path,
+        spark_cluster: StandaloneCluster) -> None:
+    """On the suite's standalone cluster (its application runs before the ``cluster_session``
+    one takes the cluster's cores: see tests/spark/conftest.py)."""
     world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
     try:
         produced = world.producer.send(1000)
         out = tmp_path / "out"
         out.mkdir()
-        done = run_stream(world, out, "run1", "--cluster", "--max-per-batch", "300")
+        done = run_stream(world, out, "run1", "--master", spark_cluster.master_url,
+                          "--max-per-batch", "300")
         assert done.returncode == 0, done.stderr[-3000:]
         assert sorted(delivered(out)) == sorted(produced)
         assert len(list(out.glob("run1-*.json"))) == 4

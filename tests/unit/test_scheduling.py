@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.scheduling import PURE, SPARK_PARTS, part_of, rank_of
+from tests.scheduling import KAFKA39_PART, PURE, SPARK_PARTS, part_of, rank_of
 
-SPARK_TESTS = Path(__file__).resolve().parents[1] / "spark"
+TESTS = Path(__file__).resolve().parents[1]
+SPARK_TESTS = TESTS / "spark"
 
 
 def test_every_spark_test_file_belongs_to_one_spark_part() -> None:
@@ -15,11 +16,30 @@ def test_every_spark_test_file_belongs_to_one_spark_part() -> None:
     assert listed == files, "add new Spark test files to a part of tests/scheduling.py"
 
 
+def test_every_file_on_the_kafka39_broker_is_in_its_part() -> None:
+    users = sorted(str(path.relative_to(TESTS.parent))
+                   for path in (TESTS / "integration").rglob("test_*.py")
+                   if "ON_EVERY_BROKER" in path.read_text()
+                   or "kafka39_bootstrap" in path.read_text())
+    assert users == sorted(KAFKA39_PART[1])
+    assert {part_of(f"{path}::t") for path in users} == {KAFKA39_PART[0]}
+
+
 def test_parts_go_out_longest_first_and_pure_tests_last() -> None:
     spark = "tests/spark/test_range_stream.py::test_x"
-    integration = "tests/integration/test_share.py::test_y"
+    integration = "tests/integration/test_auth.py::test_y"
     pure = [f"{directory}test_z.py::test_w" for directory in PURE]
     assert part_of(spark) == part_of("tests/spark/test_fetch.py::test_v") == "spark-streams"
-    assert part_of(integration) == "tests/integration/test_share.py"
+    assert part_of(integration) == "tests/integration/test_auth.py"
+    assert rank_of("tests/spark/test_audit_engines.py::t") < rank_of(spark)
     assert rank_of(spark) < rank_of("tests/chaos/test_campaign.py::t") < rank_of(integration)
     assert all(rank_of(integration) < rank_of(node) for node in pure)
+
+
+def test_the_tests_on_the_standalone_cluster_go_with_the_cluster_part() -> None:
+    for test in ("tests/spark/test_audit_engines.py::test_engines_agree_on_a_standalone_cluster",
+                 "tests/spark/test_range_stream.py::"
+                 "test_on_a_standalone_cluster_executor_jvms_read_every_record"):
+        assert part_of(test) == "spark-cluster"
+    assert part_of("tests/spark/test_audit_engines.py::test_a_large_generated_log_agrees_"
+                   "between_engines") == "spark-audit"
