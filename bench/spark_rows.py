@@ -249,7 +249,20 @@ def run_range_stream(spark: Any, reader: SparkReader, ctx: BenchContext, topic: 
 def run_query(spark: Any, ctx: BenchContext, reader: SparkReader, topic: str, records: int
               ) -> QueryRun:
     """One availableNow query into the noop sink: seconds from start() to its end, rows,
-    batches."""
+    batches. A query that Spark failed (e.g. a Python worker that did not connect back on a
+    loaded machine) is a :class:`BenchError` of one line, not Spark's traceback."""
+    from pyspark.errors import PySparkException
+
+    try:
+        return _run_query(spark, ctx, reader, topic, records)
+    except PySparkException as exc:
+        lines = str(exc).strip().splitlines()
+        raise BenchError(f"the Spark {reader.name} query failed: "
+                         f"{lines[0] if lines else type(exc).__name__}") from None
+
+
+def _run_query(spark: Any, ctx: BenchContext, reader: SparkReader, topic: str, records: int
+               ) -> QueryRun:
     if reader.source == "range":
         return run_range_stream(spark, reader, ctx, topic, records)
     checkpoint = f"/tmp/marshal-bench-{reader.name}-{uuid.uuid4().hex[:8]}"
