@@ -667,6 +667,8 @@ def run_campaign(options: Options, report: Callable[[RunOutcome], None] | None =
                 except Exception as exc:  # a Kafka client error, or a bug: report, go on
                     outcome.error = f"{type(exc).__name__}: {exc}"
                     log.exception("run %d failed", number)
+                if outcome.error is not None:
+                    _keep_broker_logs(broker, directory)
                 outcome.notes = run.notes
                 outcome.seconds = time.monotonic() - began
                 if (outcome.result is not None and outcome.result.ok and not outcome.notes
@@ -684,6 +686,20 @@ def run_campaign(options: Options, report: Callable[[RunOutcome], None] | None =
             if options.directory is None and not any(base.iterdir()):
                 base.rmdir()
     return outcomes
+
+
+def _keep_broker_logs(broker: object, directory: Path) -> None:
+    """Copy the broker's log (and the one its last restart set aside) into a failed run's
+    directory: the broker's next restart would set it aside again and the evidence of why
+    the run failed (say, a restart that never answered) would be gone."""
+    log_path = getattr(broker, "log_path", None)
+    if not isinstance(log_path, Path):
+        return
+    for source in (log_path, log_path.with_name(log_path.name + ".1")):
+        try:
+            shutil.copy(source, directory / source.name)
+        except OSError:
+            continue
 
 
 # -- reporting -------------------------------------------------------------------------------
