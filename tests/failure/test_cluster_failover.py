@@ -2,7 +2,8 @@
 killed with SIGKILL mid-run, the cluster elects another, and the killed node is restarted.
 
 Three at-least-once consumers (threads, heartbeat interval 1 s) consume a topic of six
-partitions, replication 3, while a producer writes it with ``acks=all``. Checked:
+partitions, replication 3, while a producer writes it with ``acks=all`` (half the records
+before the kill, half after). Checked:
 
 (a) every coordination record a client was told was appended is in the coordination
     partition afterwards, at the position and with the broker time it was given — read back
@@ -45,6 +46,8 @@ pytestmark = pytest.mark.integration
 HI = 1.0
 PARTITIONS = 6
 RECORDS = 3_000
+#: Records the producer sends before awaiting their acknowledgements.
+PRODUCE_BATCH = 50
 CTOPIC = "__marshal"
 TOPIC, GROUP = "orders", "orders.team"
 CARRY_ON_BOUND_S = 60.0
@@ -181,17 +184,25 @@ def test_killing_the_coordination_leader_loses_no_acknowledged_record(
 
     produced: set[tuple[int, int]] = set()
     producer_done = threading.Event()
+    killed = threading.Event()
     producer_errors: list[BaseException] = []
 
     def produce() -> None:
+        # Half the records before the kill, the other half once the leader is dead (the
+        # victim leads data partitions too: those sends retry through the election). Sent in
+        # batches of PRODUCE_BATCH whose acknowledgements are awaited together, not one
+        # round trip a record.
         try:
             producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all",
                                      enable_idempotence=True, linger_ms=5)
-            for i in range(RECORDS):
-                meta = producer.send(TOPIC, key=f"k{i}".encode(), value=b"x" * 50).get(60)
-                produced.add((meta.partition, meta.offset))
-                if i % 100 == 0:
-                    time.sleep(0.05)  # spread the load over the failure
+            for start in range(0, RECORDS, PRODUCE_BATCH):
+                if start >= RECORDS // 2 and not killed.wait(120):
+                    raise AssertionError("the coordination leader was not killed in 120 s")
+                futures = [producer.send(TOPIC, key=f"k{i}".encode(), value=b"x" * 50)
+                           for i in range(start, min(start + PRODUCE_BATCH, RECORDS))]
+                for future in futures:
+                    meta = future.get(60)
+                    produced.add((meta.partition, meta.offset))
             producer.close()
         except BaseException as exc:
             producer_errors.append(exc)
@@ -225,6 +236,7 @@ def test_killing_the_coordination_leader_loses_no_acknowledged_record(
         assert victim is not None
         killed_at, killed_mono = time.time(), time.monotonic()
         cluster.kill(victim)
+        killed.set()
         wait_for(lambda: cluster.leader_of(CTOPIC, cp) not in (None, victim),
                  "a new leader of the coordination partition", check=healthy)
         new_leader_s = time.monotonic() - killed_mono
