@@ -48,6 +48,8 @@ PARTITIONS = 6
 RECORDS = 3_000
 #: Records the producer sends before awaiting their acknowledgements.
 PRODUCE_BATCH = 50
+#: Acknowledged coordination records the read-back checks at least.
+ACKED_AT_LEAST = 100
 CTOPIC = "__marshal"
 TOPIC, GROUP = "orders", "orders.team"
 CARRY_ON_BOUND_S = 60.0
@@ -248,6 +250,12 @@ def test_killing_the_coordination_leader_loses_no_acknowledged_record(
         wait_for(lambda: produced <= consumed(), "every acknowledged record to be consumed",
                  CARRY_ON_BOUND_S, check=healthy)
         all_consumed_s = time.monotonic() - killed_mono
+        # Enough acknowledged coordination records, some after the kill, for (a) to mean
+        # something: on a quick run the members heartbeat on a little longer.
+        wait_for(lambda: sum(len(m.acked) for m in members) > ACKED_AT_LEAST
+                 and any(t > killed_at for m in members for t, _ in m.acked),
+                 f"more than {ACKED_AT_LEAST} coordination records to be acknowledged",
+                 check=healthy)
     finally:
         stop.set()
         for thread in threads:
@@ -290,7 +298,7 @@ def test_killing_the_coordination_leader_loses_no_acknowledged_record(
         coordination_count = log.partition_count()
     stored = {(r.partition, r.position): r for r in records}
     acked = [r for m in members for _, r in m.acked]
-    assert len(acked) > 100
+    assert len(acked) > ACKED_AT_LEAST
     assert {r.partition for r in acked} == {cp}
     missing = [r for r in acked
                if (found := stored.get((r.partition, r.position))) is None
