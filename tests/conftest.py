@@ -18,15 +18,15 @@ from hypothesis import settings
 
 from marshal_py.devbroker import DevBroker
 from tests.background import BackgroundJobs, awaits_background_job
+from tests.tiers import FAST
 
 # No per-example deadline: the suite shares 2 cores with brokers and background jobs, and a
 # slow example is not a failure of the property (the tests that care time themselves).
 settings.register_profile("marshal", deadline=None)
 settings.load_profile("marshal")
 
-#: ``bin/test --fast`` (the edit-test loop): property tests run a tenth of their examples
-#: (at least 10). The full suite (``bin/test``) always runs them all.
-FAST = os.environ.get("MARSHAL_TESTS_FAST") == "1"
+#: ``bin/test --fast`` (the edit-test loop, :mod:`tests.tiers`): property tests run a tenth of
+#: their examples (at least 10). The full suite (``bin/test``) always runs them all.
 FAST_EXAMPLES_DIVISOR = 10
 
 HERE = Path(__file__).resolve().parent

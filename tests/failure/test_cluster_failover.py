@@ -2,7 +2,8 @@
 killed with SIGKILL mid-run, the cluster elects another, and the killed node is restarted.
 
 Three at-least-once consumers (threads, heartbeat interval 1 s) consume a topic of six
-partitions, replication 3, while a producer writes it with ``acks=all``. Checked:
+partitions, replication 3, while a producer writes it with ``acks=all`` (half the records
+before the kill, half after). Checked:
 
 (a) every coordination record a client was told was appended is in the coordination
     partition afterwards, at the position and with the broker time it was given — read back
@@ -45,6 +46,10 @@ pytestmark = pytest.mark.integration
 HI = 1.0
 PARTITIONS = 6
 RECORDS = 3_000
+#: Records the producer sends before awaiting their acknowledgements.
+PRODUCE_BATCH = 50
+#: Acknowledged coordination records the read-back checks at least.
+ACKED_AT_LEAST = 100
 CTOPIC = "__marshal"
 TOPIC, GROUP = "orders", "orders.team"
 CARRY_ON_BOUND_S = 60.0
@@ -181,17 +186,25 @@ def test_killing_the_coordination_leader_loses_no_acknowledged_record(
 
     produced: set[tuple[int, int]] = set()
     producer_done = threading.Event()
+    killed = threading.Event()
     producer_errors: list[BaseException] = []
 
     def produce() -> None:
+        # Half the records before the kill, the other half once the leader is dead (the
+        # victim leads data partitions too: those sends retry through the election). Sent in
+        # batches of PRODUCE_BATCH whose acknowledgements are awaited together, not one
+        # round trip a record.
         try:
             producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all",
                                      enable_idempotence=True, linger_ms=5)
-            for i in range(RECORDS):
-                meta = producer.send(TOPIC, key=f"k{i}".encode(), value=b"x" * 50).get(60)
-                produced.add((meta.partition, meta.offset))
-                if i % 100 == 0:
-                    time.sleep(0.05)  # spread the load over the failure
+            for start in range(0, RECORDS, PRODUCE_BATCH):
+                if start >= RECORDS // 2 and not killed.wait(120):
+                    raise AssertionError("the coordination leader was not killed in 120 s")
+                futures = [producer.send(TOPIC, key=f"k{i}".encode(), value=b"x" * 50)
+                           for i in range(start, min(start + PRODUCE_BATCH, RECORDS))]
+                for future in futures:
+                    meta = future.get(60)
+                    produced.add((meta.partition, meta.offset))
             producer.close()
         except BaseException as exc:
             producer_errors.append(exc)
@@ -225,6 +238,7 @@ def test_killing_the_coordination_leader_loses_no_acknowledged_record(
         assert victim is not None
         killed_at, killed_mono = time.time(), time.monotonic()
         cluster.kill(victim)
+        killed.set()
         wait_for(lambda: cluster.leader_of(CTOPIC, cp) not in (None, victim),
                  "a new leader of the coordination partition", check=healthy)
         new_leader_s = time.monotonic() - killed_mono
@@ -236,6 +250,12 @@ def test_killing_the_coordination_leader_loses_no_acknowledged_record(
         wait_for(lambda: produced <= consumed(), "every acknowledged record to be consumed",
                  CARRY_ON_BOUND_S, check=healthy)
         all_consumed_s = time.monotonic() - killed_mono
+        # Enough acknowledged coordination records, some after the kill, for (a) to mean
+        # something: on a quick run the members heartbeat on a little longer.
+        wait_for(lambda: sum(len(m.acked) for m in members) > ACKED_AT_LEAST
+                 and any(t > killed_at for m in members for t, _ in m.acked),
+                 f"more than {ACKED_AT_LEAST} coordination records to be acknowledged",
+                 check=healthy)
     finally:
         stop.set()
         for thread in threads:
@@ -278,7 +298,7 @@ def test_killing_the_coordination_leader_loses_no_acknowledged_record(
         coordination_count = log.partition_count()
     stored = {(r.partition, r.position): r for r in records}
     acked = [r for m in members for _, r in m.acked]
-    assert len(acked) > 100
+    assert len(acked) > ACKED_AT_LEAST
     assert {r.partition for r in acked} == {cp}
     missing = [r for r in acked
                if (found := stored.get((r.partition, r.position))) is None

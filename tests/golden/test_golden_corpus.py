@@ -11,8 +11,9 @@ record, and everything (every pair, and every pair's checkpoint snapshot text) a
 7th record and at the end. Second readers restored from checkpoints
 mid-way (some of them damaged) must agree too.
 
-``MARSHAL_GOLDEN_LOGS`` (default 30) and ``MARSHAL_GOLDEN_RECORDS`` (records per log, default
-800) size the corpus.
+``MARSHAL_GOLDEN_LOGS`` (default 30; 4, seeds 0-3, under ``bin/test --fast``: see
+:mod:`tests.tiers`) and ``MARSHAL_GOLDEN_RECORDS`` (records per log, default 800) size the
+corpus.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from tests.golden.corpus import GoldenLog, Restore, Settings, golden_log
 from tests.golden.frozen import protocol as frozen_protocol
 from tests.golden.frozen import world as frozen_world
 from tests.golden.frozen.world.checkpoint import CheckpointError as FrozenCheckpointError
+from tests.tiers import sized
 
-LOGS = int(os.environ.get("MARSHAL_GOLDEN_LOGS", "30"))
+LOGS = int(os.environ.get("MARSHAL_GOLDEN_LOGS", sized(30, 4)))
 RECORDS = int(os.environ.get("MARSHAL_GOLDEN_RECORDS", "800"))
 SNAPSHOT_EVERY = 7
 #: A restored reader fetches from its start positions: it sees up to this many earlier records.

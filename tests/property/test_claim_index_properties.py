@@ -23,9 +23,13 @@ from marshal_py.protocol.records import CoordinationRecord
 from marshal_py.world import Rationalizer, RationalizerConfig
 from marshal_py.world.checkpoint import CheckpointError
 from tests.golden.corpus import golden_log
+from tests.tiers import sized
 
 #: Partitions asked about: beyond what the corpus's topics have (their count is a reader's).
 COUNT = 6
+#: Golden logs replayed (seeds 0..): all eight in the full run, the first three under
+#: ``bin/test --fast``.
+SEEDS = sized(8, 3)
 
 
 def check(r: Rationalizer, now: int, count: int = COUNT) -> None:
@@ -53,7 +57,7 @@ def times(ts: int, hi: int) -> list[int]:
 
 
 def test_the_index_agrees_with_a_scan_on_the_golden_corpus() -> None:
-    for seed in range(8):
+    for seed in range(SEEDS):
         log = golden_log(seed, 400)
         s = log.settings
         config = RationalizerConfig(s.coordination_partitions, s.heartbeat_interval_ms,
