@@ -1,6 +1,7 @@
 """Per-record cost of the rationalizer against the size of the state it holds.
 
 Usage: python -m bench.rationalizer_costs [--repeat R] [--frozen] [--quick]
+       [--only share|key-shared|membership]
 
 Three tables (issue 22 parts 2 and 6), each record's cost in CPU microseconds, median of R:
 
@@ -122,27 +123,47 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--frozen", action="store_true")
     parser.add_argument("--quick", action="store_true", help="A smoke run: small, one repeat.")
+    parser.add_argument("--only", choices=("share", "key-shared", "membership"),
+                        help="Time one table only.")
     args = parser.parse_args()
     readers = _readers(args.frozen)
     steady = 2_000 if args.quick else 10_000
     repeat = 1 if args.quick else args.repeat
+    wanted = {args.only} if args.only else {"share", "key-shared", "membership"}
+    if "share" in wanted:
+        _share_table(readers, steady, repeat, args.quick)
+    if "key-shared" in wanted:
+        _key_shared_table(readers, steady, repeat, args.quick)
+    if "membership" in wanted:
+        _membership_table(readers, repeat, args.quick)
+
+
+def _share_table(readers: dict[str, tuple[Any, Any]], steady: int, repeat: int,
+                 quick: bool) -> None:
     print("share records: CPU us per record vs records in flight per share-partition "
           "(10 share-partitions)")
-    for inflight in ((1_000,) if args.quick else (1_000, 3_000, 10_000)):
+    for inflight in ((1_000,) if quick else (1_000, 3_000, 10_000)):
         fill, traffic = build_share_log(10, inflight, steady)
         row = {name: _cost(make, record, fill, traffic, repeat)
                for name, (make, record) in readers.items()}
         print(f"  in flight {inflight:>6,}: " + ", ".join(f"{n} {us:.1f} us"
                                                        for n, us in row.items()))
+
+
+def _key_shared_table(readers: dict[str, tuple[Any, Any]], steady: int, repeat: int,
+                      quick: bool) -> None:
     print("key-shared records: CPU us per record vs members sharing the 1,024 slots")
-    for members in ((8,) if args.quick else (8, 64, 512)):
+    for members in ((8,) if quick else (8, 64, 512)):
         fill, traffic = key_shared_log(members, steady)
         row = {name: _cost(make, record, fill, traffic, repeat)
                for name, (make, record) in readers.items()}
         print(f"  members {members:>6,}: " + ", ".join(f"{n} {us:.1f} us"
                                                      for n, us in row.items()))
+
+
+def _membership_table(readers: dict[str, tuple[Any, Any]], repeat: int, quick: bool) -> None:
     print("membership records: CPU us per record vs members of the group")
-    for members in ((10, 100) if args.quick else (10, 100, 1_000, 10_000)):
+    for members in ((10, 100) if quick else (10, 100, 1_000, 10_000)):
         rounds = max(3, 30_000 // members)
         log = membership_log(members, rounds)
         split = members  # the first HI joins everyone; the rest is the steady state

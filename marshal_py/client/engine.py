@@ -154,9 +154,9 @@ class MemberEngine(Balancing):
                     due.append(claim.last_heartbeat_ms + 2 * claim.heartbeat_interval_ms + 1)
                 if claim.last_release_ms is not None:
                     due.append(claim.last_release_ms + self.hi)
-            for member, seen in self.rationalizer.member_last_seen(group, topic).items():
-                hi = self.rationalizer.member_interval(group, topic, member)
-                due.append(seen + 2 * hi + 1)
+            member_deadline = self.rationalizer.next_member_deadline(group, topic, now)
+            if member_deadline is not None:
+                due.append(member_deadline + 1)
             paused = self._last_balance_release_ms.get(topic)
             if paused is not None:
                 due.append(paused + self.hi)

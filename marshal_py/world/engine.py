@@ -114,6 +114,7 @@ class Core(Modes, ExclusiveRules):
         #: an outcome is made).
         self._detail = ""
         self._expired_now = False
+        self._want_detail = True
         #: Offsets of share messages that did not apply (void acquisitions, stale acks).
         self.share_ignored_offsets = 0
         #: Rejected records per authenticated group (unsigned, bad signature, replayed).
@@ -219,6 +220,7 @@ class Core(Modes, ExclusiveRules):
         at_next = at_start = ts = 0
         # Heartbeats applied by the inline path, counted here and added at the end.
         beats = 0
+        self._want_detail = want
         try:
             for record in records:
                 p = record.partition

@@ -38,8 +38,12 @@ class KeySharedResult(NamedTuple):
     ignored: int
 
 
-#: A run of slots: (first, last, owner, committed offset).
-_Run = tuple[int, int, "Owner | None", "int | None"]
+#: Heartbeats kept in an owner's stack before they are written into its runs.
+_MAX_STACK = 64
+
+#: A run of slots: (first, last, owner, committed offset as stored, heartbeats applied when
+#: it was stored); see :class:`KeySharedPartition` for how the offset is read.
+_Run = tuple[int, int, "Owner | None", "int | None", int]
 
 
 def _join(ranges: list[OffsetRange], first: int, last: int) -> None:
@@ -63,16 +67,29 @@ class KeySharedPartition:
       the release's offset.
 
     The slots are kept as runs of one owner and one committed offset (what :meth:`runs`
-    shows), indexed by owner, so a message costs a few operations per run it touches and a
-    heartbeat per run its sender owns, whatever the number of slots and members.
+    shows), indexed by owner, so a claim or release costs a few operations per run it
+    touches, whatever the number of slots and members.
+
+    A heartbeat touches no run: it is recorded as the owner's (number, offset) in a stack
+    whose offsets fall from bottom to top (a new heartbeat first pops those at or below its
+    offset), and each run carries the number of heartbeats applied when its committed offset
+    was last written. A run's committed offset is the stored one raised to the highest offset
+    its owner heartbeated since then: the first stack entry numbered above the run's (the
+    stack keeps, for every suffix of the owner's heartbeats, its highest offset). So a
+    heartbeat costs O(1) amortised and reading a run O(log) in its owner's stack (one entry
+    while offsets only grow).
     """
 
     def __init__(self) -> None:
-        self._runs: list[_Run] = [(0, KEY_SLOTS - 1, None, None)]
+        self._runs: list[_Run] = [(0, KEY_SLOTS - 1, None, None, 0)]
         self._firsts: list[int] = [0]
         #: Each owner's slot count and the first slots of its runs (the inverse of ``_runs``).
         self._count: dict[Owner, int] = {}
         self._runs_of: dict[Owner, set[int]] = {}
+        #: Heartbeats applied so far (numbers them), and each owner's stack of heartbeats
+        #: (numbers rising, offsets falling) since it held slots.
+        self._beats = 0
+        self._stack: dict[Owner, tuple[list[int], list[int]]] = {}
         #: Broker time of each owner's last applied claim or heartbeat about this partition.
         self.last_seen: dict[Owner, int] = {}
         #: The heartbeat interval each owner announced (as a member of the group) when it
@@ -85,16 +102,32 @@ class KeySharedPartition:
     def _index(self, slot: int) -> int:
         return bisect_right(self._firsts, slot) - 1
 
+    def _committed(self, run: _Run) -> int | None:
+        """The run's committed offset: the stored one raised by its owner's later beats."""
+        committed, owner = run[3], run[2]
+        if owner is None:
+            return committed
+        stack = self._stack.get(owner)
+        if stack is None:
+            return committed
+        numbers, offsets = stack
+        k = bisect_right(numbers, run[4])
+        if k == len(numbers):
+            return committed
+        beat = offsets[k]
+        return beat if committed is None or beat > committed else committed
+
     def _pieces(self, x: int, y: int) -> tuple[int, int, list[_Run]]:
-        """[x, y] cut where runs begin and end, and the slice of ``_runs`` overlapping it."""
+        """[x, y] cut where runs begin and end (committed offsets read), and the slice of
+        ``_runs`` overlapping it."""
         runs = self._runs
         i = j = self._index(x)
         pieces: list[_Run] = []
-        at = x
+        at, now = x, self._beats
         while at <= y:
             run = runs[j]
             end = run[1] if run[1] < y else y
-            pieces.append((at, end, run[2], run[3]))
+            pieces.append((at, end, run[2], self._committed(run), now))
             at = end + 1
             j += 1
         return i, j, pieces
@@ -106,10 +139,10 @@ class KeySharedPartition:
         x, y = pieces[0][0], pieces[-1][1]
         new: list[_Run] = []
         if runs[i][0] < x:
-            new.append((runs[i][0], x - 1, runs[i][2], runs[i][3]))
+            new.append((runs[i][0], x - 1, *runs[i][2:]))
         new += pieces
         if runs[j - 1][1] > y:
-            new.append((y + 1, runs[j - 1][1], runs[j - 1][2], runs[j - 1][3]))
+            new.append((y + 1, *runs[j - 1][1:]))
         if i > 0:
             i -= 1
             new.insert(0, runs[i])
@@ -117,19 +150,23 @@ class KeySharedPartition:
             new.append(runs[j])
             j += 1
         merged: list[_Run] = []
+        now = self._beats
+        last_committed: int | None = None
         for run in new:
-            if merged and merged[-1][2] == run[2] and merged[-1][3] == run[3]:
-                merged[-1] = (merged[-1][0], run[1], run[2], run[3])
+            committed = self._committed(run)
+            if merged and merged[-1][2] == run[2] and last_committed == committed:
+                merged[-1] = (merged[-1][0], run[1], run[2], committed, now)
             else:
                 merged.append(run)
+            last_committed = committed
         count, runs_of = self._count, self._runs_of
         touched: set[Owner] = set()
-        for first, last, owner, _ in runs[i:j]:
+        for first, last, owner, _, _ in runs[i:j]:
             if owner is not None:
                 count[owner] -= last - first + 1
                 runs_of[owner].discard(first)
                 touched.add(owner)
-        for first, last, owner, _ in merged:
+        for first, last, owner, _, _ in merged:
             if owner is not None:
                 count[owner] = count.get(owner, 0) + last - first + 1
                 runs_of.setdefault(owner, set()).add(first)
@@ -141,10 +178,11 @@ class KeySharedPartition:
         return gone
 
     def _forget(self, owners: list[Owner]) -> None:
-        """Owners left without slots are forgotten (their times and intervals)."""
+        """Owners left without slots are forgotten (their times, intervals and beats)."""
         for owner in owners:
             self.last_seen.pop(owner, None)
             self.intervals.pop(owner, None)
+            self._stack.pop(owner, None)
 
     # -- transitions -------------------------------------------------------------------------
 
@@ -160,13 +198,13 @@ class KeySharedPartition:
         for x, y in slots:
             i, j, pieces = self._pieces(x, y)
             out: list[_Run] = []
-            for a, b, owner, committed in pieces:
+            for a, b, owner, committed, now in pieces:
                 if (owner is None or owner == sender or owner.client_id == sender.client_id
                         or not self._live(owner, ts, heartbeat_interval_ms)):
-                    out.append((a, b, sender, committed))
+                    out.append((a, b, sender, committed, now))
                     _join(granted, a, b)
                 else:
-                    out.append((a, b, owner, committed))
+                    out.append((a, b, owner, committed, now))
                     ignored += b - a + 1
             gone += self._write(i, j, out)
         if granted:
@@ -179,36 +217,44 @@ class KeySharedPartition:
         if interval_ms is not None:
             self.intervals[sender] = interval_ms
 
+    def beat(self, sender: Owner, offset: int, ts: int,
+             sender_interval_ms: int | None = None) -> bool:
+        """Commit ``offset`` for every slot ``sender`` owns; False (and nothing changes) when
+        it owns none. O(1) amortised, whatever the number of runs the sender owns."""
+        if sender not in self._count:
+            return False
+        self._beats += 1
+        stack = self._stack.get(sender)
+        if stack is None:
+            stack = self._stack[sender] = ([], [])
+        numbers, offsets = stack
+        while offsets and offsets[-1] <= offset:
+            numbers.pop()
+            offsets.pop()
+        numbers.append(self._beats)
+        offsets.append(offset)
+        if len(numbers) > _MAX_STACK:
+            self._settle(sender)
+        self._seen(sender, ts, sender_interval_ms)
+        return True
+
+    def _settle(self, owner: Owner) -> None:
+        """Write the owner's committed offsets into its runs and empty its stack (which only
+        grows while its heartbeats' offsets fall)."""
+        runs, now = self._runs, self._beats
+        for first in self._runs_of[owner]:
+            i = self._index(first)
+            run = runs[i]
+            runs[i] = (run[0], run[1], owner, self._committed(run), now)
+        del self._stack[owner]
+
     def heartbeat(self, sender: Owner, offset: int, ts: int,
                   sender_interval_ms: int | None = None) -> KeySharedResult:
-        """Commit ``offset`` for every slot ``sender`` owns.
-
-        Only the sender's runs change (their committed offset rises), so they are updated in
-        place, and then those of them that became equal to the next run (also the sender's)
-        merged, from the last one back: a few operations per run the sender owns."""
-        firsts = self._runs_of.get(sender)
-        if not firsts:
+        """Commit ``offset`` for every slot ``sender`` owns (:meth:`beat`), with the slots it
+        applied to."""
+        if not self.beat(sender, offset, ts, sender_interval_ms):
             return KeySharedResult((), 0)
-        runs, starts = self._runs, self._firsts
-        mine = [bisect_right(starts, first) - 1 for first in sorted(firsts)]
-        applied: list[OffsetRange] = []
-        changed = False
-        for i in mine:
-            first, last, _, committed = runs[i]
-            _join(applied, first, last)
-            if committed is None or offset > committed:
-                runs[i] = (first, last, sender, offset)
-                changed = True
-        if changed:
-            for i in reversed(mine):
-                if i + 1 < len(runs) and runs[i + 1][2] == sender \
-                        and runs[i + 1][3] == runs[i][3]:
-                    after = runs[i + 1]
-                    runs[i] = (runs[i][0], after[1], sender, after[3])
-                    del runs[i + 1], starts[i + 1]
-                    firsts.discard(after[0])
-        self._seen(sender, ts, sender_interval_ms)
-        return KeySharedResult(tuple(applied), 0)
+        return KeySharedResult(self.slots_of(sender), 0)
 
     def release(self, sender: Owner, slots: Iterable[OffsetRange],
                 offset: int) -> KeySharedResult:
@@ -219,13 +265,14 @@ class KeySharedPartition:
         for x, y in slots:
             i, j, pieces = self._pieces(x, y)
             out: list[_Run] = []
-            for a, b, owner, committed in pieces:
+            for a, b, owner, committed, now in pieces:
                 if owner != sender:
-                    out.append((a, b, owner, committed))
+                    out.append((a, b, owner, committed, now))
                     ignored += b - a + 1
                     continue
                 out.append((a, b, None,
-                            offset if committed is None or offset > committed else committed))
+                            offset if committed is None or offset > committed else committed,
+                            now))
                 _join(released, a, b)
             gone += self._write(i, j, out)
         self._forget(gone)
@@ -233,10 +280,11 @@ class KeySharedPartition:
 
     def reset(self, offset: int) -> None:
         """An empty group's offsets were reset: every slot unowned, committed at ``offset``."""
-        self._runs = [(0, KEY_SLOTS - 1, None, offset)]
+        self._runs = [(0, KEY_SLOTS - 1, None, offset, self._beats)]
         self._firsts = [0]
         self._count.clear()
         self._runs_of.clear()
+        self._stack.clear()
         self.last_seen.clear()
         self.intervals.clear()
 
@@ -247,25 +295,36 @@ class KeySharedPartition:
 
     # -- views -------------------------------------------------------------------------------
 
+    def _slot_runs(self) -> list[tuple[int, int, Owner | None, int | None]]:
+        """The runs with their committed offsets read, equal neighbours merged."""
+        out: list[tuple[int, int, Owner | None, int | None]] = []
+        for run in self._runs:
+            committed = self._committed(run)
+            if out and out[-1][2] == run[2] and out[-1][3] == committed:
+                out[-1] = (out[-1][0], run[1], run[2], committed)
+            else:
+                out.append((run[0], run[1], run[2], committed))
+        return out
+
     def owner(self, slot: int) -> Owner | None:
         """The slot's owner in the log (live or not)."""
         return self._runs[self._index(slot)][2]
 
     def committed(self, slot: int) -> int | None:
         """The slot's committed offset (next offset to process), or None if never committed."""
-        return self._runs[self._index(slot)][3]
+        return self._committed(self._runs[self._index(slot)])
 
     def owners(self) -> list[Owner | None]:
         """Owner of every slot, indexed by slot (a copy)."""
         out: list[Owner | None] = []
-        for first, last, owner, _ in self._runs:
+        for first, last, owner, _, _ in self._runs:
             out += [owner] * (last - first + 1)
         return out
 
     def committed_offsets(self) -> list[int | None]:
         """Committed offset of every slot, indexed by slot (a copy)."""
         out: list[int | None] = []
-        for first, last, _, committed in self._runs:
+        for first, last, _, committed in self._slot_runs():
             out += [committed] * (last - first + 1)
         return out
 
@@ -274,7 +333,7 @@ class KeySharedPartition:
         interval it announced, else ``heartbeat_interval_ms``)."""
         live = {o: self._live(o, now_ms, heartbeat_interval_ms) for o in self._count}
         out: list[Owner | None] = []
-        for first, last, owner, _ in self._runs:
+        for first, last, owner, _, _ in self._runs:
             out += [owner if owner is not None and live[owner] else None] * (last - first + 1)
         return out
 
@@ -288,11 +347,11 @@ class KeySharedPartition:
 
     def runs(self) -> list[SlotRun]:
         """The slots as runs of one owner and one committed offset, in slot order."""
-        return [SlotRun(*run) for run in self._runs]
+        return [SlotRun(*run) for run in self._slot_runs()]
 
     def lowest_committed(self) -> int | None:
         """The lowest committed offset over all slots (None if some slot never committed)."""
-        offsets = [run[3] for run in self._runs]
+        offsets = [self._committed(run) for run in self._runs]
         if any(c is None for c in offsets):
             return None
         return min(c for c in offsets if c is not None)
@@ -306,15 +365,17 @@ class KeySharedPartition:
         if len(owners) != KEY_SLOTS or len(committed) != KEY_SLOTS:
             raise ValueError(f"a key-shared partition has {KEY_SLOTS} slots")
         runs: list[_Run] = []
+        now = self._beats
         for slot, (owner, offset) in enumerate(zip(owners, committed, strict=True)):
             if runs and runs[-1][2] == owner and runs[-1][3] == offset:
-                runs[-1] = (runs[-1][0], slot, owner, offset)
+                runs[-1] = (runs[-1][0], slot, owner, offset, now)
             else:
-                runs.append((slot, slot, owner, offset))
+                runs.append((slot, slot, owner, offset, now))
         self._runs = runs
         self._firsts = [run[0] for run in runs]
         self._count, self._runs_of = {}, {}
-        for first, last, owner, _ in runs:
+        self._stack.clear()
+        for first, last, owner, _, _ in runs:
             if owner is not None:
                 self._count[owner] = self._count.get(owner, 0) + last - first + 1
                 self._runs_of.setdefault(owner, set()).add(first)

@@ -51,6 +51,9 @@ class Modes:
     """Share-partitions, key-shared partitions and resets (a part of the rationalizer)."""
 
     share_ignored_offsets: int
+    #: Whether the record being applied needs its outcome's detail (False when replaying
+    #: without outcomes).
+    _want_detail: bool
 
     def _share(self, pair: Pair, partition: int, sender: Owner, message: ShareMessage,
                ts: int) -> tuple[int, str]:
@@ -103,6 +106,11 @@ class Modes:
             result = state.claim(sender, parse_ranges(message.slots), ts, pair.hi, announced)
             code = KEY_RANGES_CLAIMED
         elif isinstance(message, KeyRangesHeartbeat):
+            if not self._want_detail:
+                # Its detail names every slot the sender owns: read only for an outcome.
+                if state.beat(sender, message.offset, ts, announced):
+                    return KEY_RANGES_HEARTBEAT, ""
+                return KEY_RANGES_IGNORED, ""
             result = state.heartbeat(sender, message.offset, ts, announced)
             code = KEY_RANGES_HEARTBEAT
         elif isinstance(message, ReleasingKeyRanges):

@@ -243,6 +243,15 @@ class Rationalizer(Core):
             return []
         return life.live(now_ms, self.config.heartbeat_interval_for(group))
 
+    def next_member_deadline(self, group: str, topic: str, now_ms: int) -> int | None:
+        """The earliest broker time at or after ``now_ms`` at which a tracked member of the
+        pair is last live (``last seen + 2 x its interval``); None: none. O(log M) amortised,
+        the same as a scan of :meth:`member_last_seen`."""
+        life = self._life_of(group, topic)
+        if life is None:
+            return None
+        return life.next_deadline(now_ms, self.config.heartbeat_interval_for(group))
+
     def member_interval(self, group: str, topic: str, member: Owner) -> int:
         """The heartbeat interval ``member`` is judged by: the one it announced, else the
         group's configured one."""
