@@ -114,15 +114,28 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
     def _step(self) -> None:
         self._hand_acks_over()
         self._watch_poll_interval("its acquired records")
-        self._engine.tick()
+        # Queued acknowledgements ride with this step's acquisitions (one round trip);
+        # whatever no acquisition carried is written after them.
+        self._engine.tick(flush=False)
         if not self._engine.suspended:
             self._preclaim()
+        self._engine.flush()
 
     def _hand_acks_over(self) -> None:
-        """Give the engine the acknowledgements taken without the lock (lock held)."""
+        """Give the engine the acknowledgements taken without the lock (lock held), a run
+        of one partition and kind at a time."""
         acks, engine = self._acks, self._engine
+        key: tuple[str, int, str] | None = None
+        run: list[int] = []
         while acks:
-            engine.ack(*acks.popleft())
+            topic, partition, offset, kind = acks.popleft()
+            if (topic, partition, kind) != key:
+                if key is not None:
+                    engine.ack_many(key[0], key[1], run, key[2])
+                key, run = (topic, partition, kind), []
+            run.append(offset)
+        if key is not None:
+            engine.ack_many(key[0], key[1], run, key[2])
 
     def _before_suspend(self) -> None:
         """Drop what was acquired and not fetched (the engine releases it; a record released
@@ -274,9 +287,16 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
             )
         with self._lock:
             self._hand_acks_over()
-            for record, _, _ in self._unacked.values():
-                self._engine.ack(record.topic, record.partition, record.offset, "accept")
+            self._accept_unacked()
         self._unacked.clear()
+
+    def _accept_unacked(self) -> None:
+        """Accept every record handed out and not acknowledged (lock held)."""
+        by_partition: dict[TP, list[int]] = {}
+        for (tp, offset) in self._unacked:
+            by_partition.setdefault(tp, []).append(offset)
+        for (topic, partition), offsets in by_partition.items():
+            self._engine.ack_many(topic, partition, offsets, "accept")
 
     # -- the public surface ------------------------------------------------------------------------
 
@@ -331,8 +351,7 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         """Accept (implicit mode) what was handed out, release the rest, leave."""
         self._hand_acks_over()
         if self.acknowledgement == "implicit":
-            for record, _, _ in self._unacked.values():
-                self._engine.ack(record.topic, record.partition, record.offset, "accept")
+            self._accept_unacked()
         self._unacked.clear()
         self._engine.close()
 

@@ -167,8 +167,11 @@ class ShareEngine(GroupMember[ShareConfig]):
             log.warning("could not release share records: %s", exc)
         self._leave()
 
-    def tick(self) -> None:
-        """Catch up, announce membership, initialize new share-partitions, renew locks."""
+    def tick(self, *, flush: bool = True) -> None:
+        """Catch up, announce membership, initialize new share-partitions, renew locks, and
+        (with ``flush``) write queued acknowledgements. A caller that acquires right after
+        passes ``flush=False``: the acquisition carries them in its round trip, and the
+        caller flushes what is left (:meth:`flush`)."""
         if self._closed:
             return
         self._catch_up()
@@ -188,7 +191,8 @@ class ShareEngine(GroupMember[ShareConfig]):
                 elif (topic, partition) not in self._told_dead_letters:
                     self._tell_dead_letters(topic, partition, share.dead_letter_topic)
         self._renew_due(now)
-        self.flush()
+        if flush:
+            self.flush()
         self.channel.maybe_checkpoint(self.me)
 
     def _forget_topic(self, topic: str) -> None:
@@ -366,6 +370,28 @@ class ShareEngine(GroupMember[ShareConfig]):
         self._lock_expiry[(topic, partition)].pop(offset, None)
         self._pending[((topic, partition), kind)].append(offset)
         return True
+
+    def ack_many(self, topic: str, partition: int, offsets: list[int],
+                 kind: str = "accept") -> int:
+        """Queue acknowledgements of several records of one partition at once (as
+        :meth:`ack` does for one); return how many were held (the others are ignored)."""
+        if kind not in ALL_ACK_KINDS:
+            raise ConfigurationError(f"acknowledgement kind must be one of "
+                                     f"{', '.join(sorted(ALL_ACK_KINDS))}, not {kind!r}")
+        tp = (topic, partition)
+        held = self.held.get(tp)
+        if not held:
+            return 0
+        expiries = self._lock_expiry[tp]
+        duties = self.duties.get(tp)
+        done = [offset for offset in offsets if held.pop(offset, None) is not None]
+        for offset in done:
+            expiries.pop(offset, None)
+        if duties:
+            for offset in done:
+                duties.pop(offset, None)
+        self._pending[(tp, kind)].extend(done)
+        return len(done)
 
     def flush(self) -> None:
         """Write queued acknowledgements, one record per partition and kind (one round

@@ -20,6 +20,7 @@ from marshal_py.client.share_regions import region_size
 from marshal_py.log import MemoryLog, VirtualClock
 from marshal_py.replay import catch_up
 from marshal_py.world import Rationalizer, RationalizerConfig
+from marshal_py.world.share import RecordState
 from tests.simulation.harness import MemoryTopic, SimClock
 
 HI = 1_000
@@ -122,3 +123,26 @@ def test_the_regions_of_a_member_that_stops_asking_go_to_the_others() -> None:
     share = auditor.share_partition("jobs", "jobs", 0)
     assert share is not None and share.spso == RECORDS, "stuck behind the idle member"
     assert took_from_idle >= RECORDS // MEMBERS - size
+
+
+def test_acks_handed_over_as_a_run_ride_with_the_next_acquisition() -> None:
+    """``ack_many`` queues what ``ack`` would, ignoring offsets not held; a tick without
+    flush leaves them queued, and the next acquisition writes them in its round trip (the
+    log then shows them acknowledged)."""
+    _, clock, _, _, members, _ = setup(7)
+    engine = members[0]
+    granted = [offset for offset, _ in engine.acquire("jobs", 0)]
+    assert granted
+    assert engine.ack_many("jobs", 0, [*granted, 10**6], "accept") == len(granted)
+    assert not engine.held["jobs", 0] and not engine.lock_expiries("jobs", 0)
+    written = engine.stats.coordination_records
+    engine.tick(flush=False)
+    assert engine.stats.acks["accept"] == 0  # still queued
+    clock.advance(1)
+    assert engine.acquire("jobs", 0)
+    assert engine.stats.acks["accept"] == len(granted)
+    assert engine.stats.coordination_records - written >= 2  # the acks and the acquisition
+    share = engine.rationalizer.share_partition("jobs", "jobs", 0)
+    assert share is not None
+    runs = share.runs_between(min(granted), max(granted), clock.now_ms)
+    assert {view.state for _, _, view in runs} == {RecordState.ACKNOWLEDGED}
