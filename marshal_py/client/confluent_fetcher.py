@@ -12,13 +12,14 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import compress, count, islice, pairwise, repeat
-from operator import ne
+from operator import methodcaller, ne
 from typing import Any, NamedTuple
 
 from kafka import KafkaConsumer
 
+from marshal_py.client.fastpath import compiled_module
 from marshal_py.client.fetch_types import TP, FetchedBatch
 from marshal_py.errors import (
     BrokerUnavailableError,
@@ -116,13 +117,16 @@ def _length(raw: bytes | None) -> int:
     return -1 if raw is None else len(raw)
 
 
-class ConfluentRecord(tuple):  # type: ignore[type-arg]
+class PyConfluentRecord(tuple):  # type: ignore[type-arg]
     """A record of the confluent fetcher, shaped like kafka-python's ``ConsumerRecord``:
     ``topic partition offset key value headers timestamp timestamp_type
     serialized_key_size serialized_value_size`` (headers: (str,
     bytes) pairs, [] when none; timestamp: ms; its type 0 CreateTime, 1 LogAppendTime; both
-    None when the record has none) and ``message``, the ``confluent_kafka.Message``. A tuple
-    (topic, partition, offset, message) built in C; the rest is read from the message."""
+    None when the record has none) and ``message``, the ``confluent_kafka.Message``.
+
+    This is the Python build of the type, used when the C extension
+    ``marshal_py.client._fastpath`` (the same attributes, a quarter of the cost per record)
+    was not built: :data:`ConfluentRecord` names whichever is in use."""
 
     __slots__ = ()
     topic, partition, offset, message = _Fields.topic, _Fields.partition, _Fields.offset, \
@@ -138,8 +142,33 @@ class ConfluentRecord(tuple):  # type: ignore[type-arg]
     serialized_value_size = property(lambda self: _length(self[3].value()),
                                      doc="The value's length in bytes (-1: no value).")
 
+    def __new__(cls, topic: str, partition: int, offset: int, message: Any
+                ) -> PyConfluentRecord:
+        return tuple.__new__(cls, (topic, partition, offset, message))
+
     def __repr__(self) -> str:
         return f"ConfluentRecord(topic={self[0]!r}, partition={self[1]}, offset={self[2]})"
+
+
+def py_wrap(topic: str, partition: int, messages: list[Any], start: int, stop: int
+            ) -> list[Any]:
+    """The records of ``messages[start:stop]`` (all of ``topic``/``partition``), built by
+    Python: C-level passes (``map``, ``zip``), a tuple per record."""
+    run = messages[start:stop]
+    return list(map(tuple.__new__, repeat(PyConfluentRecord), zip(
+        repeat(topic), repeat(partition), map(_OFFSET, run), run)))
+
+
+_OFFSET = methodcaller("offset")
+_compiled = compiled_module()
+#: True when records are built by the C extension (client/fastpath.py).
+COMPILED_RECORDS = _compiled is not None
+ConfluentRecord: type = _compiled.ConfluentRecord if _compiled else PyConfluentRecord
+wrap_messages: Callable[[str, int, list[Any], int, int], list[Any]] = \
+    _compiled.wrap if _compiled else py_wrap
+#: Objects the garbage collector tracks per record handed out: the Message, and in the
+#: Python build the record (a tuple) too; the C records are not tracked.
+_TRACKED_PER_RECORD = 1 if COMPILED_RECORDS else 2
 
 
 class ConfluentFetcher:
@@ -294,13 +323,14 @@ class ConfluentFetcher:
     def poll(self, timeout_s: float, max_records: int) -> list[FetchedBatch]:
         """See :meth:`DataFetcher.poll`. ``consume(n, timeout)`` waits for all n: this takes
         what is there, else waits for one record and takes what came with it. At most half
-        the collector's generation-0 threshold (300 at Python's default 700) are taken: a
-        record is two GC-tracked objects (it and its Message), and a poll making more runs
-        the collector while they live, which promotes them and brings full collections."""
+        the collector's generation-0 threshold less 100 (600 at Python's default 700) are
+        taken, half that with the Python build of the records: a poll whose records (the
+        Messages, and the Python build's tuples) outnumber the threshold runs the collector
+        while they live, which promotes them and brings full collections."""
         consume, message = self._consumer.consume, self._ck.Message
         threshold = gc.get_threshold()[0] if gc.isenabled() and not self._messages else 0
         if threshold:
-            max_records = min(max_records, max(100, (threshold - 100) // 2))
+            max_records = min(max_records, max(100, (threshold - 100) // _TRACKED_PER_RECORD))
         try:
             msgs = consume(max_records, 0)
             if not msgs and timeout_s > 0:
@@ -328,17 +358,15 @@ class ConfluentFetcher:
         for i, j in runs:
             key = (msgs[i].topic(), parts[i])
             if key in self._positions:  # else unassigned meanwhile
-                run = msgs if j - i == n else msgs[i:j]
                 if self._messages:
-                    found.setdefault(key, []).extend(run)
+                    found.setdefault(key, []).extend(msgs if j - i == n else msgs[i:j])
                 else:
-                    found.setdefault(key, []).extend(map(ConfluentRecord, zip(
-                        repeat(key[0]), repeat(key[1]), map(message.offset, run), run)))
+                    found.setdefault(key, []).extend(wrap_messages(key[0], key[1], msgs, i, j))
         batches = []
         for (topic, partition), records in found.items():
             last = records[-1]
             self._positions[(topic, partition)] = end = (
-                last.offset() if self._messages else last[2]) + 1
+                last.offset() if self._messages else last.offset) + 1
             batches.append(FetchedBatch(topic, partition, records, end))
         self._trusted.update(found)
         if n < max_records:

@@ -23,6 +23,7 @@ from kafka import TopicPartition
 from marshal_py.client.coordinator import FollowingCoordinator
 from marshal_py.client.delivery import PollWatch, StopAndErrors, warn_suspended
 from marshal_py.client.engine import EngineStats, MemberEngine
+from marshal_py.client.fastpath import Committer
 from marshal_py.client.fetchers import DataFetcher, FetcherKind, OpeningFetcher
 from marshal_py.client.handout import HandOut
 from marshal_py.client.lease import REVOKED, PartitionLease
@@ -85,6 +86,11 @@ class Consumer(StopAndErrors):
                                 window_ms=engine.config.amo_window_ms,
                                 wake=self._coordinator.wake)
         self._held: dict[TP, PartitionLease] = {}
+        #: commit(record) in order without a Python call where the C build is there
+        #: (client/fastpath.py); every other case is :meth:`_commit_record`.
+        self._in_order_commit = Committer(self._commit_record)
+        if self.mode == "alo" and type(self).commit is Consumer.commit:
+            self.__dict__["commit"] = self._in_order_commit  # shadows the method: no Python frame
         self._last_poll: list[Any] | None = None
         self._last_slices: list[tuple[PartitionLease, int, int]] = []
         # Claim while the fetcher connects: the claim's round trip and the connection overlap.
@@ -146,6 +152,7 @@ class Consumer(StopAndErrors):
             return
         reading, seeks = plan
         self._held = {key: feed.lease for key, feed in handout.feeds.items()}
+        self._in_order_commit.held = self._held
         assigned = self._fetcher.assignment()
         starts = {key: offset for key, offset in seeks if key in reading}
         if reading != assigned:
@@ -280,9 +287,13 @@ class Consumer(StopAndErrors):
 
     def commit(self, record: Any) -> bool:
         """Mark ``record`` processed (at-least-once; at-most-once counts a record as done when
-        it is handed out). O(1) in order. False if its partition is no longer held;
+        it is handed out). O(1) in order, and in C where the extension was built
+        (``marshal_py.client.fastpath``). False if its partition is no longer held;
         CommitFailedError if it was given up because the application asked for no records
         for longer than max_poll_interval (until the next poll or next())."""
+        return self._commit_record(record)
+
+    def _commit_record(self, record: Any) -> bool:
         lease = self._held.get((record.topic, record.partition))
         if lease is None or lease.deadline == REVOKED:
             if self._poll_watch.timed_out:

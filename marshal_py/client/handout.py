@@ -132,6 +132,8 @@ class HandOut:
         #: partition, so a commit of the whole batch costs O(partitions).
         self.slices: list[tuple[PartitionLease, int, int]] = []
         self._seeks: list[tuple[TP, int]] = []
+        #: The turn of the partitions with buffered records (:meth:`take` drops the others
+        #: from it, :meth:`add` puts them back): a take when nothing is buffered is O(1).
         self._order: deque[TP] = deque()
 
     # -- following the engine's leases ----------------------------------------------------------
@@ -215,14 +217,15 @@ class HandOut:
         out: list[Any] = []
         slices: list[tuple[PartitionLease, int, int]] = []
         self.slices = slices
-        for _ in range(len(self._order)):
+        order = self._order
+        for _ in range(len(order)):
             if len(out) >= max_records:
                 break
-            key = self._order[0]
-            self._order.rotate(-1)
+            key = order.popleft()
             feed = self.feeds.get(key)
             if feed is None or not feed.current():
-                continue
+                continue  # out of the turn until :meth:`add` brings records
+            order.append(key)
             if not self._lease_covers(feed, now):
                 continue
             limit = len(feed.records)
@@ -247,7 +250,6 @@ class HandOut:
             slices.append((feed.lease, offset_of(batch[0]), offset_of(batch[-1])))
             if self.amo:
                 self._ask_window(feed, now, offset_of(batch[-1]))
-        self._order = deque(k for k in self._order if k in self.feeds)
         return out
 
     def take_partition(self, max_records: int, now: float

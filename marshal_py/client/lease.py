@@ -24,6 +24,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+from marshal_py.client.fastpath import CursorCore
+
 #: ``deadline`` of a lease that was taken away: no time is before it.
 REVOKED = float("-inf")
 
@@ -34,7 +36,7 @@ def offset_of(item: Any) -> int:
     return item if type(item) is int else int(item.offset)
 
 
-class CommitCursor:
+class CommitCursor(CursorCore):
     """Handed-out and committed records of one held partition.
 
     Single writer: the thread that hands records out (it also takes the application's
@@ -44,10 +46,11 @@ class CommitCursor:
 
     Commits in order cost O(1) (two comparisons and two stores); commits out of order, and
     offsets that hold no record (compaction, transaction markers), take the slow path, which
-    looks the handed-out batches up by binary search.
+    looks the handed-out batches up by binary search. The fields and the commit in order
+    are :class:`~marshal_py.client.fastpath.CursorCore`'s (in C where it was built).
     """
 
-    __slots__ = ("_batches", "_done", "committed", "end", "expect", "position")
+    __slots__ = ("_batches",)
 
     def __init__(self, start: int) -> None:
         #: The oldest handed-out offset not committed yet (== ``end`` when all are).
@@ -60,6 +63,8 @@ class CommitCursor:
         self.committed = start
         self._batches: deque[Sequence[Any]] = deque()
         self._done: set[int] = set()
+        #: The lease is gone: commits take the slow path (the consumer's check).
+        self.revoked = False
 
     # -- handing out ----------------------------------------------------------------------------
 
@@ -109,14 +114,8 @@ class CommitCursor:
 
     # -- committing -----------------------------------------------------------------------------
 
-    def commit(self, offset: int) -> None:
-        """The application is done with the handed-out record at ``offset``."""
-        if offset == self.expect and offset < self.end and not self._done:
-            nxt = offset + 1
-            self.expect = nxt
-            self.committed = nxt if nxt < self.end else self.position
-            return
-        self._commit_slow(offset)
+    # commit(offset), the application is done with the handed-out record at ``offset``: O(1)
+    # in order (CursorCore), else the slow path below.
 
     def _commit_slow(self, offset: int) -> None:
         if offset < self.expect or offset >= self.end:
@@ -207,6 +206,7 @@ class PartitionLease:
     def revoke(self) -> None:
         """Nothing more may be handed out under this lease."""
         self.deadline = REVOKED
+        self.cursor.revoked = True
 
     def __repr__(self) -> str:
         return (f"PartitionLease({self.topic}/{self.partition} epoch {self.epoch}, "

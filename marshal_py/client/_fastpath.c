@@ -1,0 +1,667 @@
+/* marshal_py.client._fastpath: the per-record work of an exclusive consumer, in C.
+ *
+ * Two parts, each with a Python build of the same behaviour that is used when this
+ * extension was not built (tests/unit/test_fastpath.py runs both on the same inputs):
+ *
+ * 1. ConfluentRecord and wrap(): the librdkafka fetcher's records (Python build:
+ *    marshal_py/client/confluent_fetcher.py).
+ * 2. CursorCore and Committer: at-least-once commit(record) in order, the one call an
+ *    application makes per record (Python build: marshal_py/client/fastpath.py). Everything but the in-order case goes to the Python
+ *    code, which keeps the rules; the C code only does what that code's fast path does.
+ *
+ * Part 1.
+ * A ConfluentRecord holds what a fetch made of one librdkafka message: its topic, partition
+ * and offset (read once, when the record is made) and the confluent_kafka.Message itself;
+ * key, value, headers and timestamps are read from the message when asked for. It has the
+ * attributes of kafka-python's ConsumerRecord, so code reads records of either fetcher alike.
+ *
+ * Why C: the fetcher hands out a million or more records a second, and each record built by
+ * Python code costs about four times what librdkafka's consume() spends on it (see
+ * marshal_py/client/fetchers.py). wrap() builds a partition's run of records in one call.
+ * Records are not tracked by the cyclic garbage collector: they refer only to a str, two
+ * ints and a Message, none of which can refer back to a record, so no cycle can pass
+ * through one.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *topic;
+    PyObject *partition;
+    PyObject *offset;
+    PyObject *message;
+} Record;
+
+static PyObject *s_key, *s_value, *s_headers, *s_timestamp, *s_offset;
+
+static void
+Record_dealloc(Record *self)
+{
+    Py_XDECREF(self->topic);
+    Py_XDECREF(self->partition);
+    Py_XDECREF(self->offset);
+    Py_XDECREF(self->message);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+make_record(PyTypeObject *type, PyObject *topic, PyObject *partition, PyObject *offset,
+            PyObject *message)
+{
+    Record *self = (Record *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    Py_INCREF(topic);
+    self->topic = topic;
+    Py_INCREF(partition);
+    self->partition = partition;
+    Py_INCREF(offset);
+    self->offset = offset;
+    Py_INCREF(message);
+    self->message = message;
+    return (PyObject *)self;
+}
+
+static PyObject *
+Record_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *topic, *partition, *offset, *message;
+    static char *kwlist[] = {"topic", "partition", "offset", "message", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO!O!O:ConfluentRecord", kwlist, &topic,
+                                     &PyLong_Type, &partition, &PyLong_Type, &offset,
+                                     &message)) {
+        return NULL;
+    }
+    return make_record(type, topic, partition, offset, message);
+}
+
+static PyObject *
+call_message(Record *self, PyObject *name)
+{
+    return PyObject_CallMethodNoArgs(self->message, name);
+}
+
+static PyObject *
+Record_key(Record *self, void *closure)
+{
+    return call_message(self, s_key);
+}
+
+static PyObject *
+Record_value(Record *self, void *closure)
+{
+    return call_message(self, s_value);
+}
+
+static PyObject *
+Record_headers(Record *self, void *closure)
+{
+    PyObject *headers = call_message(self, s_headers);
+    if (headers == Py_None) {
+        Py_DECREF(headers);
+        return PyList_New(0);
+    }
+    return headers;
+}
+
+/* The message's (type, ms) pair, type 0 meaning "no timestamp"; -1 on error. */
+static int
+timestamp_of(Record *self, long *kind, PyObject **ms)
+{
+    PyObject *pair = call_message(self, s_timestamp);
+    if (pair == NULL) {
+        return -1;
+    }
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+        Py_DECREF(pair);
+        PyErr_SetString(PyExc_TypeError, "Message.timestamp() is not a (type, ms) pair");
+        return -1;
+    }
+    *kind = PyLong_AsLong(PyTuple_GET_ITEM(pair, 0));
+    if (*kind == -1 && PyErr_Occurred()) {
+        Py_DECREF(pair);
+        return -1;
+    }
+    *ms = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
+    Py_DECREF(pair);
+    return 0;
+}
+
+static PyObject *
+Record_timestamp(Record *self, void *closure)
+{
+    long kind;
+    PyObject *ms;
+    if (timestamp_of(self, &kind, &ms) < 0) {
+        return NULL;
+    }
+    if (kind == 0) {
+        Py_DECREF(ms);
+        Py_RETURN_NONE;
+    }
+    return ms;
+}
+
+static PyObject *
+Record_timestamp_type(Record *self, void *closure)
+{
+    long kind;
+    PyObject *ms;
+    if (timestamp_of(self, &kind, &ms) < 0) {
+        return NULL;
+    }
+    Py_DECREF(ms);
+    /* librdkafka: 0 not available, 1 CreateTime, 2 LogAppendTime; Kafka's: 0 and 1. */
+    if (kind == 0) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromLong(kind - 1);
+}
+
+static PyObject *
+size_of(PyObject *raw)
+{
+    Py_ssize_t n;
+    if (raw == NULL) {
+        return NULL;
+    }
+    n = raw == Py_None ? -1 : PyObject_Length(raw);
+    Py_DECREF(raw);
+    if (n == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyLong_FromSsize_t(n);
+}
+
+static PyObject *
+Record_key_size(Record *self, void *closure)
+{
+    return size_of(call_message(self, s_key));
+}
+
+static PyObject *
+Record_value_size(Record *self, void *closure)
+{
+    return size_of(call_message(self, s_value));
+}
+
+static PyObject *
+Record_repr(Record *self)
+{
+    return PyUnicode_FromFormat("ConfluentRecord(topic=%R, partition=%S, offset=%S)",
+                                self->topic, self->partition, self->offset);
+}
+
+static PyMemberDef Record_members[] = {
+    {"topic", T_OBJECT_EX, offsetof(Record, topic), READONLY, "The record's topic."},
+    {"partition", T_OBJECT_EX, offsetof(Record, partition), READONLY,
+     "The record's partition."},
+    {"offset", T_OBJECT_EX, offsetof(Record, offset), READONLY, "The record's offset."},
+    {"message", T_OBJECT_EX, offsetof(Record, message), READONLY,
+     "The confluent_kafka.Message the record was read from."},
+    {NULL},
+};
+
+static PyGetSetDef Record_getset[] = {
+    {"key", (getter)Record_key, NULL, "The record's key (bytes or None).", NULL},
+    {"value", (getter)Record_value, NULL, "The record's value (bytes or None).", NULL},
+    {"headers", (getter)Record_headers, NULL, "The record's headers: (str, bytes) pairs.",
+     NULL},
+    {"timestamp", (getter)Record_timestamp, NULL, "The timestamp in ms (None: none).", NULL},
+    {"timestamp_type", (getter)Record_timestamp_type, NULL,
+     "0: CreateTime, 1: LogAppendTime (None: no timestamp).", NULL},
+    {"serialized_key_size", (getter)Record_key_size, NULL,
+     "The key's length in bytes (-1: no key).", NULL},
+    {"serialized_value_size", (getter)Record_value_size, NULL,
+     "The value's length in bytes (-1: no value).", NULL},
+    {NULL},
+};
+
+static PyTypeObject RecordType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "marshal_py.client._fastpath.ConfluentRecord",
+    .tp_doc = PyDoc_STR(
+        "ConfluentRecord(topic, partition, offset, message): a record of the confluent "
+        "fetcher, with the attributes of kafka-python's ConsumerRecord."),
+    .tp_basicsize = sizeof(Record),
+    .tp_itemsize = 0,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = Record_new,
+    .tp_dealloc = (destructor)Record_dealloc,
+    .tp_repr = (reprfunc)Record_repr,
+    .tp_members = Record_members,
+    .tp_getset = Record_getset,
+};
+
+/* wrap(topic, partition, messages, start, stop): records of messages[start:stop]. */
+static PyObject *
+wrap(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *topic, *partition, *messages, *out;
+    Py_ssize_t start, stop, i;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "wrap(topic, partition, messages, start, stop)");
+        return NULL;
+    }
+    topic = args[0];
+    partition = args[1];
+    messages = args[2];
+    if (!PyUnicode_Check(topic) || !PyLong_Check(partition) || !PyList_Check(messages)) {
+        PyErr_SetString(PyExc_TypeError, "wrap() takes a str, an int and a list");
+        return NULL;
+    }
+    start = PyLong_AsSsize_t(args[3]);
+    stop = PyLong_AsSsize_t(args[4]);
+    if ((start == -1 || stop == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (start < 0 || stop > PyList_GET_SIZE(messages) || start > stop) {
+        PyErr_SetString(PyExc_IndexError, "wrap(): start and stop outside the list");
+        return NULL;
+    }
+    out = PyList_New(stop - start);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (i = start; i < stop; i++) {
+        PyObject *message = PyList_GET_ITEM(messages, i);
+        PyObject *offset = PyObject_CallMethodNoArgs(message, s_offset);
+        PyObject *record;
+        if (offset == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        record = make_record(&RecordType, topic, partition, offset, message);
+        Py_DECREF(offset);
+        if (record == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i - start, record);
+    }
+    return out;
+}
+
+/* Part 2: commits in order.
+ *
+ * CursorCore is the base of lease.CommitCursor: the four offsets a commit in order reads and
+ * writes, the set of offsets committed out of order (``_done``) and ``revoked`` (the lease is
+ * gone), as C fields the Python subclass reads and writes as attributes. Its commit(offset)
+ * is CommitCursor's fast path; any other case calls the subclass's _commit_slow(offset).
+ *
+ * Committer(slow) is an at-least-once consumer's commit(record): it finds the record's
+ * cursor (the last one used, else ``held[(topic, partition)].cursor``) and commits in order
+ * there; anything else (a partition not held or revoked, a commit out of order, an offset
+ * not handed out) is ``slow(record)``, the consumer's Python commit, whose answer it returns.
+ * Between reading the cursor and writing it no Python code runs, so the coordination thread
+ * (which reads ``committed`` for its heartbeats, and revokes leases) sees the commit whole or
+ * not at all, as with the Python build.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    long long expect;
+    long long end;
+    long long position;
+    long long committed;
+    PyObject *done;
+    char revoked;
+} CursorCore;
+
+static PyObject *s_commit_slow, *s_topic, *s_partition, *s_cursor;
+
+static int
+CursorCore_traverse(CursorCore *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->done);
+    return 0;
+}
+
+static int
+CursorCore_clear(CursorCore *self)
+{
+    Py_CLEAR(self->done);
+    return 0;
+}
+
+/* A Python subclass's instances come here through subtype_dealloc, which drops the
+ * reference to their (heap) type itself. */
+static void
+CursorCore_dealloc(CursorCore *self)
+{
+    PyObject_GC_UnTrack(self);
+    CursorCore_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+CursorCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    CursorCore *self = (CursorCore *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->done = PySet_New(NULL);
+    if (self->done == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+/* The in-order commit of ``offset``: 1 done, 0 not the in-order case. */
+static int
+commit_in_order(CursorCore *self, long long offset)
+{
+    long long next;
+    if (offset != self->expect || offset >= self->end || self->done == NULL
+            || !PySet_CheckExact(self->done) || PySet_GET_SIZE(self->done) != 0) {
+        return 0;
+    }
+    next = offset + 1;
+    self->expect = next;
+    self->committed = next < self->end ? next : self->position;
+    return 1;
+}
+
+static PyObject *
+CursorCore_commit(CursorCore *self, PyObject *arg)
+{
+    long long offset = PyLong_AsLongLong(arg);
+    if (offset == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (commit_in_order(self, offset)) {
+        Py_RETURN_NONE;
+    }
+    return PyObject_CallMethodOneArg((PyObject *)self, s_commit_slow, arg);
+}
+
+static PyMemberDef CursorCore_members[] = {
+    {"expect", T_LONGLONG, offsetof(CursorCore, expect), 0,
+     "The oldest handed-out offset not committed yet (== end when all are)."},
+    {"end", T_LONGLONG, offsetof(CursorCore, end), 0, "One past the last handed-out offset."},
+    {"position", T_LONGLONG, offsetof(CursorCore, position), 0,
+     "Where fetching continues after the last handed-out batch."},
+    {"committed", T_LONGLONG, offsetof(CursorCore, committed), 0, "What a heartbeat carries."},
+    {"_done", T_OBJECT_EX, offsetof(CursorCore, done), 0,
+     "Offsets committed out of order, above expect."},
+    {"revoked", T_BOOL, offsetof(CursorCore, revoked), 0,
+     "The lease of this cursor is gone: commits go to the slow path."},
+    {NULL},
+};
+
+static PyMethodDef CursorCore_methods[] = {
+    {"commit", (PyCFunction)CursorCore_commit, METH_O,
+     "commit(offset): the application is done with the handed-out record at offset."},
+    {NULL},
+};
+
+static PyTypeObject CursorCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "marshal_py.client._fastpath.CursorCore",
+    .tp_doc = PyDoc_STR("The fields of a commit cursor and its commit in order."),
+    .tp_basicsize = sizeof(CursorCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = CursorCore_new,
+    .tp_dealloc = (destructor)CursorCore_dealloc,
+    .tp_traverse = (traverseproc)CursorCore_traverse,
+    .tp_clear = (inquiry)CursorCore_clear,
+    .tp_members = CursorCore_members,
+    .tp_methods = CursorCore_methods,
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *slow;
+    PyObject *held;
+    PyObject *last_topic;
+    PyObject *last_partition;
+    PyObject *last_cursor;
+} Committer;
+
+static void
+Committer_forget(Committer *self)
+{
+    Py_CLEAR(self->last_topic);
+    Py_CLEAR(self->last_partition);
+    Py_CLEAR(self->last_cursor);
+}
+
+static int
+Committer_traverse(Committer *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->slow);
+    Py_VISIT(self->held);
+    Py_VISIT(self->last_topic);
+    Py_VISIT(self->last_partition);
+    Py_VISIT(self->last_cursor);
+    return 0;
+}
+
+static int
+Committer_clear(Committer *self)
+{
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->held);
+    Committer_forget(self);
+    return 0;
+}
+
+static void
+Committer_dealloc(Committer *self)
+{
+    PyObject_GC_UnTrack(self);
+    Committer_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+Committer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *slow;
+    Committer *self;
+    static char *kwlist[] = {"slow", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Committer", kwlist, &slow)) {
+        return NULL;
+    }
+    self = (Committer *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->slow = Py_NewRef(slow);
+    self->held = PyDict_New();
+    if (self->held == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+/* The cursor of topic/partition (a new reference), or NULL without an error set when the
+ * partition is not held by a CursorCore; NULL with an error set on failure. */
+static PyObject *
+find_cursor(Committer *self, PyObject *topic, PyObject *partition)
+{
+    PyObject *key, *lease, *cursor;
+    int same;
+    if (self->last_cursor != NULL) {
+        /* both are str: the comparison cannot fail */
+        same = topic == self->last_topic || PyUnicode_Compare(topic, self->last_topic) == 0;
+        if (same) {
+            same = partition == self->last_partition
+                   || PyObject_RichCompareBool(partition, self->last_partition, Py_EQ);
+            if (same < 0) {
+                return NULL;
+            }
+            if (same) {
+                return Py_NewRef(self->last_cursor);
+            }
+        }
+    }
+    key = PyTuple_Pack(2, topic, partition);
+    if (key == NULL) {
+        return NULL;
+    }
+    lease = PyDict_GetItemWithError(self->held, key);  /* borrowed */
+    Py_DECREF(key);
+    if (lease == NULL) {
+        return NULL;
+    }
+    Py_INCREF(lease);
+    cursor = PyObject_GetAttr(lease, s_cursor);
+    Py_DECREF(lease);
+    if (cursor == NULL) {
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(cursor, &CursorCoreType)) {
+        Py_DECREF(cursor);
+        return NULL;
+    }
+    Committer_forget(self);
+    self->last_topic = Py_NewRef(topic);
+    self->last_partition = Py_NewRef(partition);
+    self->last_cursor = Py_NewRef(cursor);
+    return cursor;
+}
+
+static PyObject *
+Committer_call(Committer *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *record, *topic = NULL, *partition = NULL, *offset = NULL, *cursor = NULL;
+    PyObject *result = NULL;
+    long long value;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds) != 0) {
+        PyErr_SetString(PyExc_TypeError, "commit() takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "commit", 1, 1, &record)) {
+        return NULL;
+    }
+    topic = PyObject_GetAttr(record, s_topic);
+    if (topic == NULL || !PyUnicode_Check(topic)) {
+        goto slow;
+    }
+    partition = PyObject_GetAttr(record, s_partition);
+    if (partition == NULL || !PyLong_Check(partition)) {
+        goto slow;
+    }
+    offset = PyObject_GetAttr(record, s_offset);
+    if (offset == NULL || !PyLong_CheckExact(offset)) {
+        goto slow;
+    }
+    value = PyLong_AsLongLong(offset);
+    if (value == -1 && PyErr_Occurred()) {
+        goto slow;
+    }
+    cursor = find_cursor(self, topic, partition);
+    if (cursor == NULL || ((CursorCore *)cursor)->revoked
+            || !commit_in_order((CursorCore *)cursor, value)) {
+        goto slow;
+    }
+    result = Py_NewRef(Py_True);
+    goto done;
+slow:
+    /* The Python commit decides, and raises what should be raised (a record without the
+     * attributes, a commit after max_poll_interval...). */
+    PyErr_Clear();
+    result = PyObject_CallOneArg(self->slow, record);
+done:
+    Py_XDECREF(topic);
+    Py_XDECREF(partition);
+    Py_XDECREF(offset);
+    Py_XDECREF(cursor);
+    return result;
+}
+
+static PyObject *
+Committer_get_held(Committer *self, void *closure)
+{
+    return Py_NewRef(self->held);
+}
+
+static int
+Committer_set_held(Committer *self, PyObject *value, void *closure)
+{
+    if (value == NULL || !PyDict_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "held must be a dict");
+        return -1;
+    }
+    Py_SETREF(self->held, Py_NewRef(value));
+    Committer_forget(self);
+    return 0;
+}
+
+static PyGetSetDef Committer_getset[] = {
+    {"held", (getter)Committer_get_held, (setter)Committer_set_held,
+     "The held partitions: {(topic, partition): lease}; replace it whole.", NULL},
+    {NULL},
+};
+
+static PyTypeObject CommitterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "marshal_py.client._fastpath.Committer",
+    .tp_doc = PyDoc_STR("Committer(slow): commit(record) in order in C, else slow(record)."),
+    .tp_basicsize = sizeof(Committer),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = Committer_new,
+    .tp_dealloc = (destructor)Committer_dealloc,
+    .tp_traverse = (traverseproc)Committer_traverse,
+    .tp_clear = (inquiry)Committer_clear,
+    .tp_call = (ternaryfunc)Committer_call,
+    .tp_getset = Committer_getset,
+};
+
+
+static PyMethodDef module_methods[] = {
+    {"wrap", (PyCFunction)(void (*)(void))wrap, METH_FASTCALL,
+     "wrap(topic, partition, messages, start, stop): ConfluentRecords of "
+     "messages[start:stop], which are all of topic/partition."},
+    {NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "marshal_py.client._fastpath",
+    .m_doc = "The per-record work of an exclusive consumer, in C (see _fastpath.c).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__fastpath(void)
+{
+    PyObject *module;
+    if (PyType_Ready(&RecordType) < 0 || PyType_Ready(&CursorCoreType) < 0
+            || PyType_Ready(&CommitterType) < 0) {
+        return NULL;
+    }
+    s_key = PyUnicode_InternFromString("key");
+    s_value = PyUnicode_InternFromString("value");
+    s_headers = PyUnicode_InternFromString("headers");
+    s_timestamp = PyUnicode_InternFromString("timestamp");
+    s_offset = PyUnicode_InternFromString("offset");
+    s_commit_slow = PyUnicode_InternFromString("_commit_slow");
+    s_topic = PyUnicode_InternFromString("topic");
+    s_partition = PyUnicode_InternFromString("partition");
+    s_cursor = PyUnicode_InternFromString("cursor");
+    if (!s_key || !s_value || !s_headers || !s_timestamp || !s_offset || !s_commit_slow
+            || !s_topic || !s_partition || !s_cursor) {
+        return NULL;
+    }
+    module = PyModule_Create(&module_def);
+    if (module == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddObjectRef(module, "ConfluentRecord", (PyObject *)&RecordType) < 0
+            || PyModule_AddObjectRef(module, "CursorCore", (PyObject *)&CursorCoreType) < 0
+            || PyModule_AddObjectRef(module, "Committer", (PyObject *)&CommitterType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

@@ -1,0 +1,36 @@
+"""Types of the C extension marshal_py.client._fastpath (see _fastpath.c)."""
+
+from typing import Any
+
+class ConfluentRecord:
+    topic: str
+    partition: int
+    offset: int
+    message: Any
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    timestamp: int | None
+    timestamp_type: int | None
+    serialized_key_size: int
+    serialized_value_size: int
+    def __new__(cls, topic: str, partition: int, offset: int, message: Any
+                ) -> ConfluentRecord: ...
+
+def wrap(topic: str, partition: int, messages: list[Any], start: int, stop: int
+         ) -> list[ConfluentRecord]: ...
+
+class CursorCore:
+    expect: int
+    end: int
+    position: int
+    committed: int
+    _done: set[int]
+    revoked: bool
+    def commit(self, offset: int) -> None: ...
+    def _commit_slow(self, offset: int) -> None: ...
+
+class Committer:
+    held: dict[Any, Any]
+    def __init__(self, slow: Any) -> None: ...
+    def __call__(self, record: Any) -> bool: ...
