@@ -36,10 +36,10 @@ def compiled_module() -> ModuleType | None:
     if os.environ.get("MARSHAL_PY_PURE", "") not in ("", "0"):
         return None
     try:
-        from marshal_py.client import _fastpath
+        import marshal_py.client._fastpath as compiled
     except ImportError:
         return None
-    return _fastpath
+    return compiled
 
 
 class PyCursorCore:
