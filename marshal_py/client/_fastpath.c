@@ -3,7 +3,7 @@
  * Two parts, each with a Python build of the same behaviour that is used when this
  * extension was not built (tests/unit/test_fastpath.py runs both on the same inputs):
  *
- * 1. ConfluentRecord and wrap(): the librdkafka fetcher's records (Python build:
+ * 1. ConfluentRecord and split(): the librdkafka fetcher's records (Python build:
  *    marshal_py/client/confluent_fetcher.py).
  * 2. CursorCore and Committer: at-least-once commit(record) in order, the one call an
  *    application makes per record (Python build: marshal_py/client/fastpath.py). Everything but the in-order case goes to the Python
@@ -17,7 +17,8 @@
  *
  * Why C: the fetcher hands out a million or more records a second, and each record built by
  * Python code costs about four times what librdkafka's consume() spends on it (see
- * marshal_py/client/fetchers.py). wrap() builds a partition's run of records in one call.
+ * marshal_py/client/fetchers.py). split() builds the records of a whole consume() result in
+ * one call.
  * Records are not tracked by the cyclic garbage collector: they refer only to a str, two
  * ints and a Message, none of which can refer back to a record, so no cycle can pass
  * through one.
@@ -35,7 +36,8 @@ typedef struct {
     PyObject *message;
 } Record;
 
-static PyObject *s_key, *s_value, *s_headers, *s_timestamp, *s_offset;
+static PyObject *s_key, *s_value, *s_headers, *s_timestamp, *s_offset, *s_error;
+static PyObject *s_topic, *s_partition;
 
 static void
 Record_dealloc(Record *self)
@@ -237,53 +239,164 @@ static PyTypeObject RecordType = {
     .tp_getset = Record_getset,
 };
 
-/* wrap(topic, partition, messages, start, stop): records of messages[start:stop]. */
-static PyObject *
-wrap(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* A no-argument method of the messages' type, resolved once per split() call: its C
+ * function when it is a plain METH_NOARGS method of a C type (called directly, after checking
+ * each message's type), else the generic call by name. */
+typedef struct {
+    PyTypeObject *type;
+    PyObject *name;
+    PyCFunction direct;
+} Method;
+
+static void
+resolve(Method *method, PyTypeObject *type, PyObject *name)
 {
-    PyObject *topic, *partition, *messages, *out;
-    Py_ssize_t start, stop, i;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "wrap(topic, partition, messages, start, stop)");
+    PyObject *descr = PyObject_GetAttr((PyObject *)type, name);
+    method->type = type;
+    method->name = name;
+    method->direct = NULL;
+    if (descr == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (Py_IS_TYPE(descr, &PyMethodDescr_Type)) {
+        PyMethodDef *def = ((PyMethodDescrObject *)descr)->d_method;
+        int kind = def->ml_flags & (METH_VARARGS | METH_KEYWORDS | METH_NOARGS | METH_O
+                                    | METH_FASTCALL | METH_METHOD);
+        if (kind == METH_NOARGS && ((PyMethodDescrObject *)descr)->d_common.d_type == type) {
+            method->direct = def->ml_meth;
+        }
+    }
+    Py_DECREF(descr);
+}
+
+static PyObject *
+call(Method *method, PyObject *self)
+{
+    if (method->direct != NULL && Py_IS_TYPE(self, method->type)) {
+        return method->direct(self, NULL);
+    }
+    return PyObject_CallMethodNoArgs(self, method->name);
+}
+
+/* split(messages, one_topic): the records of a consume() result as runs of one partition,
+ * [(topic, partition, [records])] in order (a partition may have several runs); None when a
+ * message carries an error (the caller filters those out and asks again). One pass, one
+ * call of error(), partition() and offset() per message, topic() per message only when
+ * several topics are assigned (else once per run). */
+static PyObject *
+split(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *messages, *out, *run = NULL, *topic = NULL, *partition = NULL;
+    Py_ssize_t i, n;
+    int one_topic;
+    Method m_error, m_partition, m_topic, m_offset;
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "split(messages: list, one_topic: bool)");
         return NULL;
     }
-    topic = args[0];
-    partition = args[1];
-    messages = args[2];
-    if (!PyUnicode_Check(topic) || !PyLong_Check(partition) || !PyList_Check(messages)) {
-        PyErr_SetString(PyExc_TypeError, "wrap() takes a str, an int and a list");
+    messages = args[0];
+    one_topic = PyObject_IsTrue(args[1]);
+    if (one_topic < 0) {
         return NULL;
     }
-    start = PyLong_AsSsize_t(args[3]);
-    stop = PyLong_AsSsize_t(args[4]);
-    if ((start == -1 || stop == -1) && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (start < 0 || stop > PyList_GET_SIZE(messages) || start > stop) {
-        PyErr_SetString(PyExc_IndexError, "wrap(): start and stop outside the list");
-        return NULL;
-    }
-    out = PyList_New(stop - start);
+    n = PyList_GET_SIZE(messages);
+    out = PyList_New(0);
     if (out == NULL) {
         return NULL;
     }
-    for (i = start; i < stop; i++) {
+    if (n > 0) {
+        PyTypeObject *type = Py_TYPE(PyList_GET_ITEM(messages, 0));
+        resolve(&m_error, type, s_error);
+        resolve(&m_partition, type, s_partition);
+        resolve(&m_topic, type, s_topic);
+        resolve(&m_offset, type, s_offset);
+    }
+    for (i = 0; i < n; i++) {
         PyObject *message = PyList_GET_ITEM(messages, i);
-        PyObject *offset = PyObject_CallMethodNoArgs(message, s_offset);
-        PyObject *record;
-        if (offset == NULL) {
+        PyObject *error, *part, *offset, *record, *this_topic;
+        int new_run;
+        error = call(&m_error, message);
+        if (error == NULL) {
+            goto fail;
+        }
+        if (error != Py_None) {
+            Py_DECREF(error);
+            Py_XDECREF(topic);
+            Py_XDECREF(partition);
             Py_DECREF(out);
-            return NULL;
+            Py_RETURN_NONE;
+        }
+        Py_DECREF(error);
+        part = call(&m_partition, message);
+        if (part == NULL) {
+            goto fail;
+        }
+        new_run = partition == NULL || (part != partition
+                                        && PyObject_RichCompareBool(part, partition, Py_NE));
+        if (new_run < 0) {
+            Py_DECREF(part);
+            goto fail;
+        }
+        if (!one_topic || new_run) {
+            this_topic = call(&m_topic, message);
+            if (this_topic == NULL) {
+                Py_DECREF(part);
+                goto fail;
+            }
+            if (!new_run) {
+                new_run = PyObject_RichCompareBool(this_topic, topic, Py_NE);
+                if (new_run < 0) {
+                    Py_DECREF(part);
+                    Py_DECREF(this_topic);
+                    goto fail;
+                }
+            }
+            if (new_run) {
+                Py_XSETREF(topic, this_topic);
+            }
+            else {
+                Py_DECREF(this_topic);
+            }
+        }
+        if (new_run) {
+            PyObject *entry;
+            Py_XSETREF(partition, part);
+            run = PyList_New(0);
+            if (run == NULL) {
+                goto fail;
+            }
+            entry = PyTuple_Pack(3, topic, partition, run);
+            Py_DECREF(run);  /* the entry holds it; ``run`` is borrowed from here on */
+            if (entry == NULL || PyList_Append(out, entry) < 0) {
+                Py_XDECREF(entry);
+                goto fail;
+            }
+            Py_DECREF(entry);
+        }
+        else {
+            Py_DECREF(part);
+        }
+        offset = call(&m_offset, message);
+        if (offset == NULL) {
+            goto fail;
         }
         record = make_record(&RecordType, topic, partition, offset, message);
         Py_DECREF(offset);
-        if (record == NULL) {
-            Py_DECREF(out);
-            return NULL;
+        if (record == NULL || PyList_Append(run, record) < 0) {
+            Py_XDECREF(record);
+            goto fail;
         }
-        PyList_SET_ITEM(out, i - start, record);
+        Py_DECREF(record);
     }
+    Py_XDECREF(topic);
+    Py_XDECREF(partition);
     return out;
+fail:
+    Py_XDECREF(topic);
+    Py_XDECREF(partition);
+    Py_DECREF(out);
+    return NULL;
 }
 
 /* Part 2: commits in order.
@@ -312,7 +425,7 @@ typedef struct {
     char revoked;
 } CursorCore;
 
-static PyObject *s_commit_slow, *s_topic, *s_partition, *s_cursor;
+static PyObject *s_commit_slow, *s_cursor;
 
 static int
 CursorCore_traverse(CursorCore *self, visitproc visit, void *arg)
@@ -417,12 +530,16 @@ static PyTypeObject CursorCoreType = {
 
 typedef struct {
     PyObject_HEAD
+    vectorcallfunc vectorcall;
     PyObject *slow;
     PyObject *held;
     PyObject *last_topic;
     PyObject *last_partition;
     PyObject *last_cursor;
 } Committer;
+
+static PyObject *Committer_vectorcall(PyObject *callable, PyObject *const *args,
+                                      size_t nargsf, PyObject *kwnames);
 
 static void
 Committer_forget(Committer *self)
@@ -473,6 +590,7 @@ Committer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (self == NULL) {
         return NULL;
     }
+    self->vectorcall = Committer_vectorcall;
     self->slow = Py_NewRef(slow);
     self->held = PyDict_New();
     if (self->held == NULL) {
@@ -530,17 +648,27 @@ find_cursor(Committer *self, PyObject *topic, PyObject *partition)
 }
 
 static PyObject *
-Committer_call(Committer *self, PyObject *args, PyObject *kwds)
+Committer_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                     PyObject *kwnames)
 {
+    Committer *self = (Committer *)callable;
     PyObject *record, *topic = NULL, *partition = NULL, *offset = NULL, *cursor = NULL;
     PyObject *result = NULL;
     long long value;
-    if (kwds != NULL && PyDict_GET_SIZE(kwds) != 0) {
-        PyErr_SetString(PyExc_TypeError, "commit() takes no keyword arguments");
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "commit() takes one record");
         return NULL;
     }
-    if (!PyArg_UnpackTuple(args, "commit", 1, 1, &record)) {
-        return NULL;
+    record = args[0];
+    if (Py_IS_TYPE(record, &RecordType)) {  /* the fields themselves, no attribute lookup */
+        Record *known = (Record *)record;
+        topic = Py_NewRef(known->topic);
+        partition = Py_NewRef(known->partition);
+        offset = Py_NewRef(known->offset);
+        if (!PyLong_CheckExact(offset)) {
+            goto slow;
+        }
+        goto found;
     }
     topic = PyObject_GetAttr(record, s_topic);
     if (topic == NULL || !PyUnicode_Check(topic)) {
@@ -554,6 +682,7 @@ Committer_call(Committer *self, PyObject *args, PyObject *kwds)
     if (offset == NULL || !PyLong_CheckExact(offset)) {
         goto slow;
     }
+found:
     value = PyLong_AsLongLong(offset);
     if (value == -1 && PyErr_Occurred()) {
         goto slow;
@@ -607,20 +736,21 @@ static PyTypeObject CommitterType = {
     .tp_name = "marshal_py.client._fastpath.Committer",
     .tp_doc = PyDoc_STR("Committer(slow): commit(record) in order in C, else slow(record)."),
     .tp_basicsize = sizeof(Committer),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Committer, vectorcall),
     .tp_new = Committer_new,
     .tp_dealloc = (destructor)Committer_dealloc,
     .tp_traverse = (traverseproc)Committer_traverse,
     .tp_clear = (inquiry)Committer_clear,
-    .tp_call = (ternaryfunc)Committer_call,
+    .tp_call = PyVectorcall_Call,
     .tp_getset = Committer_getset,
 };
 
 
 static PyMethodDef module_methods[] = {
-    {"wrap", (PyCFunction)(void (*)(void))wrap, METH_FASTCALL,
-     "wrap(topic, partition, messages, start, stop): ConfluentRecords of "
-     "messages[start:stop], which are all of topic/partition."},
+    {"split", (PyCFunction)(void (*)(void))split, METH_FASTCALL,
+     "split(messages, one_topic): the ConfluentRecords of a consume() result in runs of one "
+     "partition, [(topic, partition, records)]; None when a message carries an error."},
     {NULL},
 };
 
@@ -645,12 +775,13 @@ PyInit__fastpath(void)
     s_headers = PyUnicode_InternFromString("headers");
     s_timestamp = PyUnicode_InternFromString("timestamp");
     s_offset = PyUnicode_InternFromString("offset");
+    s_error = PyUnicode_InternFromString("error");
     s_commit_slow = PyUnicode_InternFromString("_commit_slow");
     s_topic = PyUnicode_InternFromString("topic");
     s_partition = PyUnicode_InternFromString("partition");
     s_cursor = PyUnicode_InternFromString("cursor");
     if (!s_key || !s_value || !s_headers || !s_timestamp || !s_offset || !s_commit_slow
-            || !s_topic || !s_partition || !s_cursor) {
+            || !s_topic || !s_partition || !s_cursor || !s_error) {
         return NULL;
     }
     module = PyModule_Create(&module_def);

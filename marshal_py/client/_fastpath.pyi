@@ -17,8 +17,8 @@ class ConfluentRecord:
     def __new__(cls, topic: str, partition: int, offset: int, message: Any
                 ) -> ConfluentRecord: ...
 
-def wrap(topic: str, partition: int, messages: list[Any], start: int, stop: int
-         ) -> list[ConfluentRecord]: ...
+def split(messages: list[Any], one_topic: bool
+          ) -> list[tuple[str, int, list[ConfluentRecord]]] | None: ...
 
 class CursorCore:
     expect: int

@@ -12,14 +12,17 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
-from itertools import compress, count, islice, pairwise, repeat
-from operator import methodcaller, ne
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from kafka import KafkaConsumer
 
-from marshal_py.client.fastpath import compiled_module
+from marshal_py.client.confluent_records import (
+    ERROR,
+    TRACKED_PER_RECORD,
+    run_bounds,
+    split_messages,
+)
 from marshal_py.client.fetch_types import TP, FetchedBatch
 from marshal_py.errors import (
     BrokerUnavailableError,
@@ -60,7 +63,6 @@ _DROPPED = {"bootstrap_servers", "bootstrap_timeout_ms", "group_id", "group_inst
 _EOF, _AUTHN, _SSL, _TOPIC_AUTHZ, _GROUP_AUTHZ, _CLUSTER_AUTHZ = -191, -169, -181, 29, 30, 31
 _STATE = -172  # _STATE: "Erroneous state", a seek on a partition not fetching yet
 _MISSING = (-190, -188, 3)  # _UNKNOWN_PARTITION, _UNKNOWN_TOPIC, UNKNOWN_TOPIC_OR_PART
-_TIMESTAMP_TYPES = (None, 0, 1)  # of confluent's NOT_AVAILABLE, CREATE_TIME, LOG_APPEND_TIME
 #: The group.id confluent-kafka insists on; never joined, never committed to.
 UNUSED_GROUP_ID = "marshal_py-fetcher-no-group"
 
@@ -100,75 +102,6 @@ def confluent_module() -> Any:
         raise ConfigurationError(f"confluent-kafka {confluent_kafka.version()[0]} is too old "
                                  f"for fetcher='confluent': {fix}")
     return confluent_kafka
-
-
-def _ms(kind: int, ms: int) -> int | None:
-    return ms if kind else None
-
-
-class _Fields(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    message: Any
-
-
-def _length(raw: bytes | None) -> int:
-    return -1 if raw is None else len(raw)
-
-
-class PyConfluentRecord(tuple):  # type: ignore[type-arg]
-    """A record of the confluent fetcher, shaped like kafka-python's ``ConsumerRecord``:
-    ``topic partition offset key value headers timestamp timestamp_type
-    serialized_key_size serialized_value_size`` (headers: (str,
-    bytes) pairs, [] when none; timestamp: ms; its type 0 CreateTime, 1 LogAppendTime; both
-    None when the record has none) and ``message``, the ``confluent_kafka.Message``.
-
-    This is the Python build of the type, used when the C extension
-    ``marshal_py.client._fastpath`` (the same attributes, a quarter of the cost per record)
-    was not built: :data:`ConfluentRecord` names whichever is in use."""
-
-    __slots__ = ()
-    topic, partition, offset, message = _Fields.topic, _Fields.partition, _Fields.offset, \
-        _Fields.message
-    key = property(lambda self: self[3].key(), doc="The record's key.")
-    value = property(lambda self: self[3].value(), doc="The record's value.")
-    headers = property(lambda self: self[3].headers() or [], doc="The record's headers.")
-    timestamp = property(lambda self: _ms(*self[3].timestamp()), doc="The timestamp in ms.")
-    timestamp_type = property(lambda self: _TIMESTAMP_TYPES[self[3].timestamp()[0]],
-                              doc="0: CreateTime, 1: LogAppendTime.")
-    serialized_key_size = property(lambda self: _length(self[3].key()),
-                                   doc="The key's length in bytes (-1: no key).")
-    serialized_value_size = property(lambda self: _length(self[3].value()),
-                                     doc="The value's length in bytes (-1: no value).")
-
-    def __new__(cls, topic: str, partition: int, offset: int, message: Any
-                ) -> PyConfluentRecord:
-        return tuple.__new__(cls, (topic, partition, offset, message))
-
-    def __repr__(self) -> str:
-        return f"ConfluentRecord(topic={self[0]!r}, partition={self[1]}, offset={self[2]})"
-
-
-def py_wrap(topic: str, partition: int, messages: list[Any], start: int, stop: int
-            ) -> list[Any]:
-    """The records of ``messages[start:stop]`` (all of ``topic``/``partition``), built by
-    Python: C-level passes (``map``, ``zip``), a tuple per record."""
-    run = messages[start:stop]
-    return list(map(tuple.__new__, repeat(PyConfluentRecord), zip(
-        repeat(topic), repeat(partition), map(_OFFSET, run), run)))
-
-
-_OFFSET = methodcaller("offset")
-_compiled = compiled_module()
-#: True when records are built by the C extension (client/fastpath.py).
-COMPILED_RECORDS = _compiled is not None
-ConfluentRecord: type = _compiled.ConfluentRecord if _compiled else PyConfluentRecord
-wrap_messages: Callable[[str, int, list[Any], int, int], list[Any]] = \
-    _compiled.wrap if _compiled else py_wrap
-#: Objects the garbage collector tracks per record handed out: the Message, and in the
-#: Python build the record (a tuple) too; the C records are not tracked.
-_TRACKED_PER_RECORD = 1 if COMPILED_RECORDS else 2
 
 
 class ConfluentFetcher:
@@ -327,10 +260,10 @@ class ConfluentFetcher:
         taken, half that with the Python build of the records: a poll whose records (the
         Messages, and the Python build's tuples) outnumber the threshold runs the collector
         while they live, which promotes them and brings full collections."""
-        consume, message = self._consumer.consume, self._ck.Message
+        consume = self._consumer.consume
         threshold = gc.get_threshold()[0] if gc.isenabled() and not self._messages else 0
         if threshold:
-            max_records = min(max_records, max(100, (threshold - 100) // _TRACKED_PER_RECORD))
+            max_records = min(max_records, max(100, (threshold - 100) // TRACKED_PER_RECORD))
         try:
             msgs = consume(max_records, 0)
             if not msgs and timeout_s > 0:
@@ -341,27 +274,45 @@ class ConfluentFetcher:
             raise self._error(exc.args[0]) from exc
         while self._reported:
             self._handle(self._reported.pop(0), None, None)
-        if any(map(message.error, msgs)):
+        if not msgs:
+            return self._passed()
+        n = len(msgs)
+        if self._messages:
+            return self._batches(self._runs_of_messages(msgs), n, max_records)
+        runs = split_messages(msgs, self._one_topic)
+        if runs is None:  # some message is an error: handled (or raised), then the rest
             msgs = [m for m in msgs if m.error() is None
                     or self._handle(m.error(), m.topic(), m.partition())]
-        n = len(msgs)
-        if not n:
-            return self._passed()
-        parts = list(map(message.partition, msgs))  # C-level passes: no Python per record
-        if self._one_topic and parts.count(parts[0]) == n:
-            runs: Iterable[tuple[int, int]] = ((0, n),)
-        else:  # cut where the partition or the topic changes
-            keys = parts if self._one_topic else list(zip(map(message.topic, msgs), parts,
-                                                          strict=True))
-            runs = pairwise([0, *compress(count(1), map(ne, keys, islice(keys, 1, None))), n])
+            runs = split_messages(msgs, self._one_topic)
+            assert runs is not None
+        return self._batches(runs, n, max_records)
+
+    def _runs_of_messages(self, msgs: list[Any]) -> list[tuple[str, int, list[Any]]]:
+        """``messages=True``: the Messages themselves in runs of one partition (errors
+        handled or raised)."""
+        if any(map(ERROR, msgs)):
+            msgs = [m for m in msgs if m.error() is None
+                    or self._handle(m.error(), m.topic(), m.partition())]
+        if not msgs:
+            return []
+        parts, bounds = run_bounds(msgs, self._one_topic)
+        return [(msgs[i].topic(), parts[i], msgs if j - i == len(msgs) else msgs[i:j])
+                for i, j in bounds]
+
+    def _batches(self, runs: list[tuple[str, int, list[Any]]], n: int, max_records: int
+                 ) -> list[FetchedBatch]:
+        """One batch per partition of ``runs`` (of ``n`` messages polled), positions moved;
+        the positions that passed offsets without records too when the poll was not full."""
         found: dict[TP, list[Any]] = {}
-        for i, j in runs:
-            key = (msgs[i].topic(), parts[i])
-            if key in self._positions:  # else unassigned meanwhile
-                if self._messages:
-                    found.setdefault(key, []).extend(msgs if j - i == n else msgs[i:j])
-                else:
-                    found.setdefault(key, []).extend(wrap_messages(key[0], key[1], msgs, i, j))
+        for topic, partition, records in runs:
+            key = (topic, partition)
+            if key not in self._positions:
+                continue  # unassigned meanwhile
+            known = found.get(key)
+            if known is None:
+                found[key] = records
+            else:
+                found[key] = known + records
         batches = []
         for (topic, partition), records in found.items():
             last = records[-1]

@@ -82,6 +82,7 @@ class Consumer(StopAndErrors):
             poll_cap_s=0.05 if self.mode == "amo" else 0.2, wake_driven=self.mode == "amo",
             retry_s=max(0.05, min(1.0, engine.hi / 10000)),
             is_closed=lambda: self._closed, on_fatal=self._set_error)
+        engine.on_leases = self._coordinator.stepped.set
         self._handout = HandOut(self.mode, window_records=engine.config.amo_window_records,
                                 window_ms=engine.config.amo_window_ms,
                                 wake=self._coordinator.wake)
@@ -92,6 +93,8 @@ class Consumer(StopAndErrors):
         if self.mode == "alo" and type(self).commit is Consumer.commit:
             self.__dict__["commit"] = self._in_order_commit  # shadows the method: no Python frame
         self._last_poll: list[Any] | None = None
+        #: The fetcher reads some partition (kept by :meth:`_follow_engine`).
+        self._reading = False
         self._last_slices: list[tuple[PartitionLease, int, int]] = []
         # Claim while the fetcher connects: the claim's round trip and the connection overlap.
         self._coordinator.start()
@@ -157,6 +160,7 @@ class Consumer(StopAndErrors):
         starts = {key: offset for key, offset in seeks if key in reading}
         if reading != assigned:
             self._fetcher.assign(reading, {k: o for k, o in starts.items() if k not in assigned})
+        self._reading = bool(reading)
         for (topic, partition), offset in starts.items():
             if (topic, partition) in assigned:  # kept, but under a new claim or resumed
                 self._fetcher.seek(topic, partition, offset)
@@ -165,7 +169,7 @@ class Consumer(StopAndErrors):
         """Fetch more records into the hand-out buffer (or wait for the engine); call right
         after :meth:`_follow_engine`."""
         handout = self._handout
-        if not handout.feeds or not self._fetcher.assignment():
+        if not handout.feeds or not self._reading:
             # Nothing held yet: wait for the coordination step that grants a lease (it sets
             # ``stepped``), not for a fixed period. Cleared first, then the leases checked
             # again, so a step that ends in between is not missed.
@@ -183,9 +187,10 @@ class Consumer(StopAndErrors):
                 self._coordinator.stepped.wait(min(timeout_s, 0.02))
                 return
             timeout_s = min(timeout_s, 0.005)
+        amo = self._guard is not None  # only at-most-once sizes windows by what is known
         for batch in self._fetcher.poll(timeout_s, self._max_batch):
             handout.add((batch.topic, batch.partition), batch.records, batch.next_position,
-                        self.high_watermark(batch.topic, batch.partition))
+                        self.high_watermark(batch.topic, batch.partition) if amo else None)
 
     # -- handing out ------------------------------------------------------------------------------
 

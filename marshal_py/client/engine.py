@@ -282,6 +282,10 @@ class MemberEngine(Balancing):
             ClaimingPartition(proposed_at // 1000, self.me.instance_id, self.me.client_id,
                               self.config.group_id, topic, partition)
             for partition in partitions]
+        # The bounds of the starting offsets are asked while the claims travel (exactly
+        # once asks after fencing: a fence changes the end).
+        bounds_ahead = None if self.fencing is not None else \
+            self.source.offset_bounds_ahead([(topic, p) for p in partitions])
         written = self.channel.append_all(messages)
         self.stats.claims_proposed += len(partitions)
         self.channel.read_back(written)  # the log decided
@@ -294,7 +298,12 @@ class MemberEngine(Balancing):
         if mine and self.fencing is not None:
             mine = fence_and_read(self.fencing, topic, mine, self._read_to_end,
                                   lambda p: self._claim(topic, p).owner == self.me)
-        bounds = self.source.offset_bounds_of([(topic, p) for p in mine]) if mine else {}
+        if not mine:
+            bounds = {}
+        elif bounds_ahead is not None:
+            bounds = bounds_ahead()
+        else:
+            bounds = self.source.offset_bounds_of([(topic, p) for p in mine])
         won = []
         for partition in mine:
             claim = self._claim(topic, partition)
@@ -302,6 +311,7 @@ class MemberEngine(Balancing):
             self._untaken.discard((topic, partition))
             self.stats.claim_latencies_ms.append(round(self.clock.monotonic_ms() - started))
         if won:
+            self.on_leases()  # the delivering side starts fetching during the heartbeat
             # Commits the starting offsets at once; read back with the next step's.
             self._send_heartbeats(self.clock.now_ms())
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, Protocol
 
 Mode = Literal["alo", "amo"]
@@ -28,6 +29,13 @@ class PartitionSource(Protocol):
                          ) -> dict[tuple[str, int], tuple[int, int]]:
         """(beginning, end) offsets of several partitions, asked together (one round trip
         per broker for each bound, not two per partition)."""
+        ...
+
+    def offset_bounds_ahead(self, partitions: list[tuple[str, int]]
+                            ) -> Callable[[], dict[tuple[str, int], tuple[int, int]]]:
+        """Ask :meth:`offset_bounds_of` now, answer later: the returned function waits for
+        the answer (or raises what the asking raised). A claim asks while its records
+        travel, so winning costs no round trip more."""
         ...
 
     def end_offsets_of(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:

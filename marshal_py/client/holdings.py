@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
@@ -42,6 +43,10 @@ DEFAULT_AMO_WINDOW_RECORDS = 10_000
 #: Default span of one at-most-once window: about this much consumption time.
 DEFAULT_AMO_WINDOW_MS = 100
 
+
+
+def _nothing() -> None:
+    """The default :attr:`HoldingMember.on_leases`."""
 
 @dataclass(frozen=True)
 class EngineConfig(MemberConfig):
@@ -132,6 +137,9 @@ class HoldingMember(GroupMember[EngineConfig]):
         #: Incremented on every change of :attr:`leases`.
         self.lease_version = 0
         self.handout_guard: AbstractContextManager[object] = contextlib.nullcontext()
+        #: Called (on the engine's thread) when claims were just won, before the step goes
+        #: on: the delivering side may take the new leases up at once.
+        self.on_leases: Callable[[], None] = _nothing
         #: True when the caller reads the log itself (:meth:`CoordinationChannel.follow`)
         #: between steps, so a step does not catch up first.
         self.follows_log = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
@@ -25,7 +25,8 @@ class KafkaPartitionSource:
 
     Partition counts come from a metadata request, cached for ``refresh_s`` so that a
     partition-count increase is noticed within that time; offsets from a group-less consumer.
-    Used only by the engine (under its lock), never by the fetching thread.
+    Used only by the engine (under its lock), never by the fetching thread; the offsets
+    consumer is used by one thread at a time (:meth:`offset_bounds_ahead` asks in another).
     ``background=True`` connects in a thread (a member replays the coordination log
     meanwhile); every call waits for it and raises what stopped it, e.g. a TopicNotFoundError
     for a topic of ``expect_topics`` that does not exist.
@@ -41,6 +42,9 @@ class KafkaPartitionSource:
         self._consumer: Any = None
         self._failure: BaseException | None = None
         self._ready = threading.Event()
+        #: Held around every use of the offsets consumer (kafka-python's is not for two
+        #: threads at once).
+        self._offsets_lock = threading.Lock()
         if not background:
             self._connect(expect_topics)
             self._ready.set()
@@ -137,8 +141,9 @@ class KafkaPartitionSource:
         self._wait()
         tp = TopicPartition(topic, partition)
         try:
-            beginning = self._consumer.beginning_offsets([tp])[tp]
-            end = self._consumer.end_offsets([tp])[tp]
+            with self._offsets_lock:
+                beginning = self._consumer.beginning_offsets([tp])[tp]
+                end = self._consumer.end_offsets([tp])[tp]
         except KafkaError as exc:
             raise self._error(exc, topic,
                               f"cannot list offsets of {topic}/{partition}: {exc}") from exc
@@ -153,12 +158,37 @@ class KafkaPartitionSource:
         if not tps:
             return {}
         try:
-            beginnings = self._consumer.beginning_offsets(tps)
-            ends = self._consumer.end_offsets(tps)
+            with self._offsets_lock:
+                beginnings = self._consumer.beginning_offsets(tps)
+                ends = self._consumer.end_offsets(tps)
         except KafkaError as exc:
             raise self._error(exc, tps[0].topic, f"cannot list offsets of {tps[0].topic}: "
                                                  f"{exc}") from exc
         return {(tp.topic, tp.partition): (int(beginnings[tp]), int(ends[tp])) for tp in tps}
+
+    def offset_bounds_ahead(self, partitions: list[tuple[str, int]]
+                            ) -> Callable[[], dict[tuple[str, int], tuple[int, int]]]:
+        """:meth:`offset_bounds_of` in a thread of its own, started now; the function
+        returned waits for it and answers (or raises what it raised)."""
+        answer: list[dict[tuple[str, int], tuple[int, int]]] = []
+        failure: list[BaseException] = []
+
+        def ask() -> None:
+            try:
+                answer.append(self.offset_bounds_of(partitions))
+            except BaseException as exc:  # raised to the caller, in its thread
+                failure.append(exc)
+
+        asking = threading.Thread(target=ask, name="marshal-offset-bounds", daemon=True)
+        asking.start()
+
+        def wait() -> dict[tuple[str, int], tuple[int, int]]:
+            asking.join()
+            if failure:
+                raise failure[0]
+            return answer[0]
+
+        return wait
 
     def end_offsets_of(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """End offsets of ``partitions`` in one request per broker."""
@@ -171,7 +201,8 @@ class KafkaPartitionSource:
         if not tps:
             return {}
         try:
-            ends = self._consumer.end_offsets(tps)
+            with self._offsets_lock:
+                ends = self._consumer.end_offsets(tps)
         except KafkaError as exc:
             raise self._error(exc, tps[0].topic, f"cannot list end offsets: {exc}") from exc
         return {(tp.topic, tp.partition): int(end) for tp, end in ends.items()}
@@ -200,7 +231,8 @@ class KafkaPartitionSource:
         self._wait()
         tp = TopicPartition(topic, partition)
         try:
-            found = self._consumer.offsets_for_times({tp: timestamp_ms})[tp]
+            with self._offsets_lock:
+                found = self._consumer.offsets_for_times({tp: timestamp_ms})[tp]
         except KafkaError as exc:
             raise self._error(exc, topic, f"cannot look up offsets by time of "
                                           f"{topic}/{partition}: {exc}") from exc

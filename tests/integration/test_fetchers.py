@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 
-from marshal_py.client.confluent_fetcher import ConfluentRecord, librdkafka_config
+from marshal_py.client.confluent_fetcher import librdkafka_config
+from marshal_py.client.confluent_records import ConfluentRecord
 from marshal_py.client.fetchers import (
     FETCHER_KINDS,
     DataFetcher,

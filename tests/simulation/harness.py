@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from marshal_py.client.engine import EngineConfig, MemberEngine
@@ -73,6 +74,11 @@ class MemoryTopic:
     def offset_bounds_of(self, partitions: list[tuple[str, int]]
                          ) -> dict[tuple[str, int], tuple[int, int]]:
         return {(t, p): self.offset_bounds(t, p) for t, p in partitions}
+
+    def offset_bounds_ahead(self, partitions: list[tuple[str, int]]
+                            ) -> Callable[[], dict[tuple[str, int], tuple[int, int]]]:
+        bounds = self.offset_bounds_of(partitions)
+        return lambda: bounds
 
     def end_offsets_of(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         return {(t, p): self.offset_bounds(t, p)[1] for t, p in partitions}

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from marshal_py.client import fastpath
-from marshal_py.client.confluent_fetcher import PyConfluentRecord, py_wrap
+from marshal_py.client.confluent_records import PyConfluentRecord, py_split
 from marshal_py.client.lease import CommitCursor, PartitionLease
 
 _fastpath: Any = fastpath.compiled_module()
@@ -62,38 +62,74 @@ def test_the_extension_is_built() -> None:
     assert fastpath.COMPILED
 
 
-@pytest.mark.parametrize(("start", "stop"), [(0, 3), (1, 3), (0, 0), (2, 3)])
-def test_records_of_both_builds_agree(start: int, stop: int) -> None:
-    c_records = _fastpath.wrap("orders", 4, MESSAGES, start, stop)
-    py_records = py_wrap("orders", 4, MESSAGES, start, stop)
-    assert len(c_records) == len(py_records) == stop - start
-    for c, py in zip(c_records, py_records, strict=True):
-        assert {f: getattr(c, f) for f in FIELDS} == {f: getattr(py, f) for f in FIELDS}
-        assert repr(c) == repr(py) == \
-            f"ConfluentRecord(topic='orders', partition=4, offset={py.offset})"
+class TopicMessage(FakeMessage):
+    """A message as consume() returns it: with its topic, partition and error."""
+
+    def __init__(self, topic: str, partition: int, offset: int, error: object = None) -> None:
+        super().__init__(offset, b"k%d" % offset, b"v", None, (1, offset))
+        self._topic, self._partition, self._error = topic, partition, error
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def error(self) -> object:
+        return self._error
+
+
+def _runs(runs: Any) -> list[tuple[str, int, list[dict[str, Any]]]]:
+    return [(t, p, [{f: getattr(r, f) for f in FIELDS} for r in records])
+            for t, p, records in runs]
+
+
+def _consumed(*spec: tuple[str, int, int]) -> list[TopicMessage]:
+    return [TopicMessage(t, p, o) for t, p, o in spec]
+
+
+@pytest.mark.parametrize(("messages", "one_topic"), [
+    (_consumed(("a", 0, 5), ("a", 0, 6), ("a", 0, 7)), True),
+    (_consumed(("a", 0, 5), ("a", 1, 9), ("a", 1, 10), ("a", 0, 6)), True),
+    (_consumed(("a", 0, 5), ("b", 0, 9), ("b", 0, 10), ("a", 3, 6)), False),
+    (_consumed(("a", 300, 5), ("a", 300, 6), ("b", 300, 1)), False),
+    ([], True),
+])
+def test_records_of_both_builds_agree(messages: list[TopicMessage], one_topic: bool) -> None:
+    c_runs, py_runs = _fastpath.split(messages, one_topic), py_split(messages, one_topic)
+    assert _runs(c_runs) == _runs(py_runs)
+    flat = [(t, p, r["offset"]) for t, p, records in _runs(c_runs) for r in records]
+    assert flat == [(m.topic(), m.partition(), m.offset()) for m in messages]
+    for _, _, records in c_runs:
+        for record in records:
+            fields = (getattr(record, f) for f in FIELDS[:4])
+            assert repr(record) == repr(PyConfluentRecord(*fields))
     made = _fastpath.ConfluentRecord("orders", 4, 7, MESSAGES[0])
     assert (made.topic, made.partition, made.offset, made.key) == ("orders", 4, 7, b"k")
     assert PyConfluentRecord("orders", 4, 7, MESSAGES[0]).key == b"k"
 
 
-def test_a_record_without_timestamp_or_headers() -> None:
-    (record,) = _fastpath.wrap("t", 0, MESSAGES, 1, 2)
+def test_a_message_with_an_error_is_left_to_the_caller() -> None:
+    messages = [*_consumed(("a", 0, 5), ("a", 0, 6)), TopicMessage("a", 0, 7, error="lost")]
+    assert _fastpath.split(messages, True) is None and py_split(messages, True) is None
+
+
+def test_both_builds_read_the_fields_of_a_record_alike() -> None:
+    for message in MESSAGES:
+        c = _fastpath.ConfluentRecord("t", 0, message.offset(), message)
+        py = PyConfluentRecord("t", 0, message.offset(), message)
+        assert {f: getattr(c, f) for f in FIELDS} == {f: getattr(py, f) for f in FIELDS}
+    record = _fastpath.ConfluentRecord("t", 0, 8, MESSAGES[1])
     assert record.timestamp is None and record.timestamp_type is None
     assert record.headers == [] and record.key is None
     assert record.serialized_key_size == -1 and record.serialized_value_size == -1
 
 
-def test_wrap_refuses_bad_arguments() -> None:
-    with pytest.raises(IndexError):
-        _fastpath.wrap("t", 0, MESSAGES, 0, 4)
-    with pytest.raises(IndexError):
-        _fastpath.wrap("t", 0, MESSAGES, 2, 1)
+def test_split_refuses_bad_arguments() -> None:
     with pytest.raises(TypeError):
-        _fastpath.wrap(b"t", 0, MESSAGES, 0, 1)
-    with pytest.raises(TypeError):
-        _fastpath.wrap("t", 0, tuple(MESSAGES), 0, 1)
+        _fastpath.split(tuple(MESSAGES), True)
     with pytest.raises(AttributeError):
-        _fastpath.wrap("t", 0, [object()], 0, 1)
+        _fastpath.split([object()], True)
     with pytest.raises(TypeError):
         _fastpath.ConfluentRecord("t", "0", 1, None)
 
@@ -194,7 +230,7 @@ def test_the_cursor_fields_are_c_fields_with_the_python_rules() -> None:
 
 def test_the_python_build_passes_the_cursor_and_hand_out_tests() -> None:
     env = {**os.environ, "MARSHAL_PY_PURE": "1", "MARSHAL_TESTS_FAST": "1"}
-    code = ("import marshal_py.client.fastpath as f, marshal_py.client.confluent_fetcher as c;"
+    code = ("import marshal_py.client.fastpath as f, marshal_py.client.confluent_records as c;"
             "assert not f.COMPILED and not c.COMPILED_RECORDS")
     subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=ROOT)
     run = subprocess.run(
@@ -203,3 +239,18 @@ def test_the_python_build_passes_the_cursor_and_hand_out_tests() -> None:
          "tests/unit/test_handout_eos.py"],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+
+
+def test_the_c_committer_reads_confluent_records_directly() -> None:
+    held = _held(("a", 0))
+    slow = SlowCommit(held)
+    commit = _fastpath.Committer(slow)
+    commit.held = held
+    [(_, _, records)] = _fastpath.split(_consumed(*(("a", 0, o) for o in range(10, 15))), True)
+    assert all(commit(r) for r in records[:3])
+    assert held[("a", 0)].cursor.committed == 13 and slow.calls == []
+    assert commit(records[4]) is True  # out of order: the consumer's commit
+    assert slow.calls == [("a", 0, 14)]
+    assert commit(_fastpath.split(_consumed(("b", 0, 10)), True)[0][2][0]) is False
+    with pytest.raises(TypeError):
+        commit(records[0], records[1])
