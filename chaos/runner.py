@@ -134,6 +134,8 @@ class Options:
     #: Kafka nodes: 1 (the broker fault kills the broker) or more (a DevCluster; the broker
     #: fault kills the node leading the run's coordination partition).
     brokers: int = 1
+    #: How the consumers fetch data records (Marshaler ``fetcher``).
+    fetcher: str = "kafka-python"
 
 
 @dataclass
@@ -302,7 +304,7 @@ class Run:
             "delivery_limit": self.options.delivery_limit, "work_ms": self.options.work_ms,
             "journal": str(journal), "fsync": self.options.fsync,
             "kafka_config": self.options.kafka_config, "auth_key": self.auth_key,
-            "output": self.output,
+            "output": self.output, "fetcher": self.options.fetcher,
         }
         self.faults.write("spawn", inc=slot.incarnation, client=client_id, t=now())
         slot.process = ChaosProcess(slot.incarnation, "chaos.worker", settings)
@@ -927,6 +929,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--signed", action="store_true",
                    help="authenticated groups: every coordination record signed with a key of "
                         "the run (a genuine record rejected is a violation)")
+    p.add_argument("--fetcher", choices=("kafka-python", "confluent"), default="kafka-python",
+                   help="how the consumers fetch data records (Marshaler fetcher; default "
+                        "kafka-python)")
     p.add_argument("--json", action="store_true", help="print one JSON document at the end")
     p.add_argument("-v", "--verbose", action="count", default=0,
                    help="more logging on stderr (-vv: debug)")
@@ -981,13 +986,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         lock_duration=args.lock_duration, delivery_limit=args.delivery_limit,
         work_ms=args.work_ms, drain_timeout=args.drain_timeout, directory=args.dir,
         keep=args.keep, fsync=args.fsync, kafka_config=dict(args.kafka_config),
-        signed=args.signed, brokers=args.brokers)
+        signed=args.signed, brokers=args.brokers, fetcher=args.fetcher)
     total_runs = len(options.modes) * options.runs
     if not args.json:
         print(f"chaos: seed {seed}, {total_runs} run(s) of {', '.join(options.modes)}, "
               f"{options.consumers} consumers, {options.records:,} records at "
               f"{options.rate}/s, faults {','.join(options.faults)} x "
-              f"{options.faults_per_run} per run, HI {options.heartbeat_interval:g} s",
+              f"{options.faults_per_run} per run, HI {options.heartbeat_interval:g} s, "
+              f"fetcher {options.fetcher}",
               flush=True)
 
     def report(outcome: RunOutcome) -> None:

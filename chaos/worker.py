@@ -118,6 +118,7 @@ def consume(settings: dict[str, Any], journal: Journal) -> int:
                               heartbeat_interval=settings["heartbeat_interval"],
                               coordination_topic=settings["coordination_topic"], timeout=30.0,
                               kafka_config=settings.get("kafka_config") or None,
+                              fetcher=settings.get("fetcher", "kafka-python"),
                               auth_keys=group_keys(settings["group"],
                                                    settings.get("auth_key")).get(
                                                        settings["group"], ()))
