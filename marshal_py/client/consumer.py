@@ -23,7 +23,7 @@ from kafka import TopicPartition
 from marshal_py.client.coordinator import FollowingCoordinator
 from marshal_py.client.delivery import PollWatch, StopAndErrors, warn_suspended
 from marshal_py.client.engine import EngineStats, MemberEngine
-from marshal_py.client.fastpath import Committer
+from marshal_py.client.fastpath import COMPILED, Committer
 from marshal_py.client.fetchers import DataFetcher, FetcherKind, OpeningFetcher
 from marshal_py.client.handout import HandOut
 from marshal_py.client.lease import REVOKED, PartitionLease
@@ -91,7 +91,9 @@ class Consumer(StopAndErrors):
         #: (client/fastpath.py); every other case is :meth:`_commit_record`.
         self._in_order_commit = Committer(self._commit_record)
         if self.mode == "alo" and type(self).commit is Consumer.commit:
-            self.__dict__["commit"] = self._in_order_commit  # shadows the method: no Python frame
+            # Shadows the method (same behaviour): one call per record, no frame of ours.
+            self.__dict__["commit"] = self._in_order_commit if COMPILED \
+                else self._commit_record
         self._last_poll: list[Any] | None = None
         #: The fetcher reads some partition (kept by :meth:`_follow_engine`).
         self._reading = False

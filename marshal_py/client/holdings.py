@@ -44,9 +44,9 @@ DEFAULT_AMO_WINDOW_RECORDS = 10_000
 DEFAULT_AMO_WINDOW_MS = 100
 
 
-
 def _nothing() -> None:
     """The default :attr:`HoldingMember.on_leases`."""
+
 
 @dataclass(frozen=True)
 class EngineConfig(MemberConfig):
