@@ -213,7 +213,11 @@ def apply_signed(core: Core, raw_id: bytes, rest: bytes, p: int, pos: int, ts: i
         if owner is not sender and owner != sender:
             return NOT_OWNER
         # ExclusiveRules._heartbeat, inline.
+        before = claim.last_heartbeat_ms
         claim.last_heartbeat_ms = ts
+        if before is not None and ts < before:
+            # A broker clock that went back: re-arm the index.
+            route.pair.index.beat(route.partition, claim)
         if not claim.transactional:
             claim.committed_offset = int(raw)
         announced = life.intervals.get(sender)

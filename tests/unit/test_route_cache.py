@@ -62,3 +62,37 @@ def test_a_heartbeat_after_a_restore_is_judged_by_the_restored_claims() -> None:
     assert r.claim("g", TOPIC, 0).owner is not None
     assert r.claim("g", TOPIC, 0).owner.client_id == "b"  # type: ignore[union-attr]
     assert r.claim("g", TOPIC, 0).committed_offset is None
+
+
+def test_a_heartbeat_at_an_earlier_broker_time_makes_the_claim_stale_sooner_signed_or_not(
+) -> None:
+    """A broker clock that went back: the heartbeat's earlier time is the claim's last one,
+    and the index of claimable partitions must see it stale 2 HI after it, whether the
+    record took the unsigned or the signed fast path."""
+    from marshal_py.protocol import GroupKey, sign
+
+    key = GroupKey("k1", b"0123456789abcdef0123456789abcdef")
+    for signed in (False, True):
+        for together in (False, True):  # record by record, or a fetch at once (fast paths)
+            config = RationalizerConfig(1, HI, group_keys={"g": (key,)} if signed else {})
+            r = Rationalizer(config)
+            messages = [(10_000, ClaimingPartition(10, "i-a", "a", "g", TOPIC, 0)),
+                        (20_000, Heartbeat(20, "i-a", "a", "g", TOPIC, 0, 5)),
+                        (12_000, Heartbeat(12, "i-a", "a", "g", TOPIC, 0, 6))]
+            records = []
+            for position, (ts, message) in enumerate(messages):
+                value = encode(message)
+                if signed:
+                    value = sign(value, key, position + 1)
+                records.append(CoordinationRecord(CP, position, ts, value))
+            if together:
+                r.apply_all(records[:2])
+                assert list(r.claimable("g", TOPIC, 1, 20_500)) == []  # armed: fresh
+                r.apply_all(records[2:])
+            else:
+                for record in records:
+                    assert r.apply(record).verdict in (Verdict.CLAIM_WON, Verdict.HEARTBEAT)
+                    if record.position == 1:
+                        assert list(r.claimable("g", TOPIC, 1, 20_500)) == []
+            assert r.claim("g", TOPIC, 0).last_heartbeat_ms == 12_000, (signed, together)
+            assert list(r.claimable("g", TOPIC, 1, 15_000)) == [0], (signed, together)
