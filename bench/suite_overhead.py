@@ -62,7 +62,9 @@ the Spark readers on a local session only):
   Kafka connector (``spark-sql-kafka-0-10``) is fetched from Maven Central by Spark's Ivy on
   first use into ``~/.cache/marshal_py/ivy`` — only Maven Central, see ``ivysettings.xml``.
 
-``BENCH_OVERHEAD_ONLY=spark`` (or ``python``) runs only the Spark (or the Python) readers.
+``BENCH_OVERHEAD_ONLY=spark`` (or ``python``) runs only the Spark (or the Python) readers;
+``BENCH_OVERHEAD_READERS=ck-alo-poll,ck-alo-batch`` only those Python readers and their
+anchors (results in ``overhead-readers.md``).
 
 One table per process count (readers, records/s, ours / its anchor, duplicates), one for
 Spark. The ratio is ours / the anchor of the same run and shape. Expect to lose: a plain
@@ -160,6 +162,22 @@ READERS: tuple[ReaderKind, ...] = (
                "confluent", "amo", "poll", "ck"),
 )
 KINDS = {kind.name: kind for kind in READERS}
+
+
+def readers_wanted() -> tuple[ReaderKind, ...]:
+    """The Python readers to run: ``BENCH_OVERHEAD_READERS`` (names, comma-separated; their
+    anchors come along), else all. A subset writes ``overhead-readers`` results, so the full
+    suite's stay as they are."""
+    names = [n.strip() for n in os.environ.get("BENCH_OVERHEAD_READERS", "").split(",")
+             if n.strip()]
+    if not names:
+        return READERS
+    unknown = [n for n in names if n not in KINDS]
+    if unknown:
+        raise BenchError(f"BENCH_OVERHEAD_READERS: no reader {', '.join(unknown)}; the "
+                         f"readers are {', '.join(KINDS)}")
+    wanted = set(names) | {KINDS[n].anchor for n in names if KINDS[n].anchor}
+    return tuple(k for k in READERS if k.name in wanted)
 def process_counts(quick: bool) -> tuple[int, ...]:
     return QUICK_PROCESS_COUNTS if quick else PROCESS_COUNTS
 
@@ -589,9 +607,10 @@ def run(ctx: BenchContext) -> SuiteReport:
             for p in range(PARTITIONS)}
     ends = {p: e for p, e in ends.items() if e}
     python: dict[tuple[str, int], list[Run]] = {}
+    readers = readers_wanted()
     for i in range(ctx.repeat if only != "spark" else 0):
         for n in process_counts(ctx.quick):
-            for kind in READERS:
+            for kind in readers:
                 ctx.say(f"repetition {i + 1}/{ctx.repeat}: {kind.name} x {n}")
                 result = run_python(ctx, kind.name, n, topic, ends, records)
                 python.setdefault((kind.name, n), []).append(result)
@@ -600,7 +619,7 @@ def run(ctx: BenchContext) -> SuiteReport:
                         f"{result.duplicates:,} duplicates, {result.lost:,} lost to "
                         "takeovers)")
     spark_runs = run_spark(ctx, masters, topics, warm, records)
-    return _report(ctx, records, python, spark_runs)
+    return _report(ctx, records, python, spark_runs, readers)
 
 
 def _rates(runs: list[Run], records: int) -> Measured:
@@ -613,15 +632,17 @@ def _steady_rates(runs: list[Run], records: int) -> Measured:
 
 
 def _report(ctx: BenchContext, records: int, python: dict[tuple[str, int], list[Run]],
-            spark_runs: dict[str, dict[str, list[Run]]]) -> SuiteReport:
-    report = SuiteReport("overhead", ctx.command)
+            spark_runs: dict[str, dict[str, list[Run]]],
+            readers: tuple[ReaderKind, ...] = READERS) -> SuiteReport:
+    report = SuiteReport("overhead" if readers == READERS else "overhead-readers",
+                         ctx.command)
     if python:
-        _python_tables(ctx, records, python, report)
+        _python_tables(ctx, records, python, report, readers)
     for master, runs in spark_runs.items():
         _spark_table(ctx, records, master, runs, report)
     report.raw = {"records": records,
                   "readers": {k.name: {"label": k.label, "client": k.client, "mode": k.mode,
-                                       "loop": k.loop, "anchor": k.anchor} for k in READERS},
+                                       "loop": k.loop, "anchor": k.anchor} for k in readers},
                   "python": {f"{k}x{n}": [vars(r) for r in runs]
                              for (k, n), runs in python.items()},
                   "spark": {master: {name: [vars(r) for r in done] for name, done in runs.items()}
@@ -630,13 +651,13 @@ def _report(ctx: BenchContext, records: int, python: dict[tuple[str, int], list[
 
 
 def _python_tables(ctx: BenchContext, records: int, python: dict[tuple[str, int], list[Run]],
-                   report: SuiteReport) -> None:
+                   report: SuiteReport, readers: tuple[ReaderKind, ...]) -> None:
     counts = process_counts(ctx.quick)
     for n in counts:
-        rates = {k.name: _rates(python[(k.name, n)], records) for k in READERS}
-        steady = {k.name: _steady_rates(python[(k.name, n)], records) for k in READERS}
+        rates = {k.name: _rates(python[(k.name, n)], records) for k in readers}
+        steady = {k.name: _steady_rates(python[(k.name, n)], records) for k in readers}
         rows = []
-        for kind in READERS:
+        for kind in readers:
             runs = python[(kind.name, n)]
             dups = [r.duplicates for r in runs]
             first = statistics.median(r.first_s for r in runs)
@@ -672,7 +693,9 @@ def _python_tables(ctx: BenchContext, records: int, python: dict[tuple[str, int]
              "run."]))
     for client, title in (("kafka-python", "kafka-python fetching"),
                           ("confluent", "librdkafka (confluent-kafka) fetching")):
-        kinds = [k for k in READERS if k.client == client]
+        kinds = [k for k in readers if k.client == client]
+        if not kinds:
+            continue
         report.plots.append(Plot(
             f"Exclusive consumers, {title}: records/s (median)", "bar", "processes",
             "records/s", [str(n) for n in counts],
