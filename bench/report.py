@@ -103,8 +103,9 @@ class SuiteReport:
     raw: dict[str, Any] = field(default_factory=dict)
 
     def markdown(self, machine: str) -> str:
-        parts = [f"### {self.suite}", "", f"Command: `{self.command}`  ", f"Machine: {machine}",
-                 ""]
+        described = machine.removeprefix("machine: ")  # machine_line() names itself
+        parts = [f"### {self.suite}", "", f"Command: `{self.command}`  ",
+                 f"Machine: {described}", ""]
         parts += [t.markdown() for t in self.tables]
         parts += [f"![{p.title}](docs/bench/{self.suite}-{i + 1}.png)\n"
                   for i, p in enumerate(self.plots)]
