@@ -89,8 +89,9 @@ class Consumer(StopAndErrors):
         self._held: dict[TP, PartitionLease] = {}
         #: commit(record) in order without a Python call where the C build is there
         #: (client/fastpath.py); every other case is :meth:`_commit_record`.
-        self._in_order_commit = Committer(self._commit_record)
+        self._in_order_commit: Committer | None = None
         if self.mode == "alo" and type(self).commit is Consumer.commit:
+            self._in_order_commit = Committer(self._commit_record)
             # Shadows the method (same behaviour): one call per record, no frame of ours.
             self.__dict__["commit"] = self._in_order_commit if COMPILED \
                 else self._commit_record
@@ -157,7 +158,8 @@ class Consumer(StopAndErrors):
             return
         reading, seeks = plan
         self._held = {key: feed.lease for key, feed in handout.feeds.items()}
-        self._in_order_commit.held = self._held
+        if self._in_order_commit is not None:
+            self._in_order_commit.held = self._held
         assigned = self._fetcher.assignment()
         starts = {key: offset for key, offset in seeks if key in reading}
         if reading != assigned:

@@ -54,10 +54,13 @@ class PyCursorCore:
     _done: set[int]
     revoked: bool
 
-    def __init__(self) -> None:
+    def __new__(cls, *args: Any, **kwargs: Any) -> PyCursorCore:
+        # Fields set at creation, as the C type's tp_new does (subclasses set them again).
+        self = super().__new__(cls)
         self.expect = self.end = self.position = self.committed = 0
         self._done = set()
         self.revoked = False
+        return self
 
     def commit(self, offset: int) -> None:
         """The application is done with the handed-out record at ``offset``."""
