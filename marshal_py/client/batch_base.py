@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from marshal_py.client.coordinator import CoordinationThread
+from marshal_py.protocol.auth import GroupKey
 
 if TYPE_CHECKING:
     from marshal_py.client.host import MemberHost
@@ -24,12 +25,16 @@ class ShareHolder:
     it to acknowledge offsets that hold no record (``gap``) in its name.
 
     ``partitions``: (data topic, coordination partition) of each consumed topic.
+    ``declaration_key``: in an authenticated group, the holder key that signs gap
+    declarations in this member's name (PROTOCOL.md 12.1; derived from the group's first
+    key, so the workers never see the group secret); None otherwise.
     """
 
     instance_id: str
     client_id: str
     group_id: str
     partitions: tuple[tuple[str, int], ...]
+    declaration_key: GroupKey | None = None
 
     def coordination_partition(self, topic: str) -> int:
         """Where acknowledgements about ``topic`` are written."""

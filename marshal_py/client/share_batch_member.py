@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from marshal_py.client.batch_base import TP, BackgroundMember, PlannedRange, ShareHolder
 from marshal_py.client.share_engine import ShareEngine
 from marshal_py.client.source import KafkaPartitionSource
+from marshal_py.protocol.auth import holder_key
 
 if TYPE_CHECKING:
     from marshal_py.client.host import MemberHost
@@ -43,8 +44,11 @@ class ShareBatchMember(BackgroundMember):
     def holder(self) -> ShareHolder:
         """Who holds this member's records, for workers writing ``gap`` in its name."""
         me = self.engine.me
-        return ShareHolder(me.instance_id, me.client_id, self.engine.config.group_id,
-                           tuple(sorted(self.engine.channel.partitions.items())))
+        group = self.engine.config.group_id
+        keys = self.engine.channel.rationalizer.config.group_keys.get(group)
+        return ShareHolder(me.instance_id, me.client_id, group,
+                           tuple(sorted(self.engine.channel.partitions.items())),
+                           holder_key(keys[0], me.instance_id, me.client_id) if keys else None)
 
     @property
     def instance_id(self) -> str:

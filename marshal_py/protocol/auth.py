@@ -15,6 +15,10 @@ number into the MAC stops a signature from being presented under another id or n
 Version 2 (``Signed/2/<key id>/<mac>/<message>``, MAC over
 ``marshal-signed-v2\\n<key id>\\n<message>``) is what marshal_py wrote before sequence numbers;
 it is still read (:func:`split_signed`, :func:`verify`), and written only by :func:`sign_v2`.
+
+A record numbered 0 (:data:`DECLARATION_SEQ`) is a **gap declaration**: an
+``AcknowledgingRecords`` of kind ``gap`` signed with the sender's :func:`holder_key`, which
+the replay guard leaves alone (PROTOCOL.md 12.2).
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ MAX_KEY_ID_CHARS = 64
 MAC_CHARS = 43  # 32 bytes of HMAC-SHA256 in unpadded base64url
 #: Sequence numbers are canonical decimals in 0..2^63-1.
 MAX_SEQUENCE = 2**63 - 1
+#: The number of a gap declaration (PROTOCOL.md 12.1): writers number their own records from
+#: 1, so 0 is free to mark a record outside the replay guard.
+DECLARATION_SEQ = 0
+_HOLDER_DOMAIN = b"marshal-holder-v1\n"
 _CANONICAL_SEQUENCE = re.compile(rb"0|[1-9][0-9]{0,18}")
 
 
@@ -140,6 +148,23 @@ def split_signed(data: bytes) -> Signature:
     if is_signed(body):
         raise ValueError("a signed record wraps another signed record")
     return Signature(key_id, mac, body, seq)
+
+
+def holder_key(key: GroupKey, instance_id: str, client_id: str) -> GroupKey:
+    """The key that signs gap declarations in the name of one sender (instance, client): its
+    secret is HMAC-SHA256(``key``'s secret, ``marshal-holder-v1`` LF instance LF client), its
+    id ``key``'s. Whoever holds it (a Spark task reading a driver's share records) can declare
+    gaps among that sender's locked records and nothing else, without the group secret."""
+    label = _HOLDER_DOMAIN + instance_id.encode("utf-8") + b"\n" + client_id.encode("utf-8")
+    return GroupKey(key.key_id, hmac.new(key.secret, label, hashlib.sha256).digest())
+
+
+def verify_declaration(signature: Signature, keys: Sequence[GroupKey], instance_id: str,
+                       client_id: str) -> bool:
+    """True when the holder key (:func:`holder_key`) of the sender (``instance_id``,
+    ``client_id``) derived from one of ``keys`` with the signature's key id made its MAC."""
+    return verify(signature, [holder_key(key, instance_id, client_id) for key in keys
+                              if key.key_id == signature.key_id])
 
 
 def verify(signature: Signature, keys: Sequence[GroupKey]) -> bool:

@@ -10,9 +10,11 @@ itself, as the holder (:class:`~marshal_py.client.batch_member.ShareHolder`, shi
 task), once it has read its ranges: one record per partition, its offsets as ranges. The
 driver reads them back before it accepts the batch (PROTOCOL.md §7.1).
 
-Not in authenticated groups (option ``auth.keys``): a signed record carries its writer's
-sequence number, which only the driver's process keeps, so there the tasks write nothing and
-the driver accepts those offsets with the batch (PROTOCOL.md §7.1).
+In an authenticated group (option ``auth.keys``) the acknowledgement is a **gap
+declaration** (PROTOCOL.md §12.1): numbered 0 and signed with the holder's key, which the
+driver derives from the group key for its own (instance, client) and ships in the task. The
+task needs neither the group secret nor the driver's sequence numbers, and the key signs
+nothing but gaps among that driver's locked records.
 
 This is safe to repeat and to lose. A gap is a property of the partition, not of a reading:
 a retried or speculative task finds the same offsets empty, and its second acknowledgement
@@ -35,10 +37,19 @@ from kafka.errors import KafkaError
 from marshal_py.client.batch_member import ShareHolder
 from marshal_py.log.kafka import KafkaLogConfig
 from marshal_py.protocol import AcknowledgingRecords, OffsetRange, encode, format_ranges
+from marshal_py.protocol.auth import DECLARATION_SEQ, sign
 
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+
+
+def record_value(holder: ShareHolder, message: AcknowledgingRecords) -> bytes:
+    """The record of a gap acknowledgement: signed as a gap declaration in an authenticated
+    group, plain otherwise."""
+    body = encode(message)
+    key = holder.declaration_key
+    return body if key is None else sign(body, key, DECLARATION_SEQ)
 
 
 def gap_messages(holder: ShareHolder, gaps: Mapping[TP, Sequence[OffsetRange]],
@@ -62,7 +73,8 @@ def write_gaps(holder: ShareHolder, coordination: KafkaLogConfig,
     try:
         producer = KafkaProducer(acks="all", enable_idempotence=True, linger_ms=0,
                                  **coordination.client_config(KafkaProducer))
-        futures = [producer.send(coordination.topic, value=encode(message), partition=partition)
+        futures = [producer.send(coordination.topic, value=record_value(holder, message),
+                                 partition=partition)
                    for partition, message in messages]
         for future in futures:
             future.get(timeout=coordination.timeout_s)

@@ -15,8 +15,8 @@ The life of a micro-batch:
    coordination log first.
 3. ``read(task)`` on an executor: exactly that range (librdkafka or kafka-python). In share
    mode the task then writes ``gap`` acknowledgements, in the member's name, for offsets of
-   its ranges that held no record (:mod:`marshal_py.spark.gaps`); not in authenticated groups
-   (option ``auth.keys``), whose records only the driver writes and signs.
+   its ranges that held no record (:mod:`marshal_py.spark.gaps`); in authenticated groups
+   (option ``auth.keys``) as gap declarations, signed with the driver's holder key.
 4. ``commit(end)``: complete (also done by the next ``latestOffset``, whichever comes first);
    share mode accepts what is still held after reading the tasks' gaps back.
 """
@@ -164,9 +164,9 @@ class MarshalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ranges = self._rerun(member, BatchOffset.from_json(start), last)
             tasks = split_ranges(ranges, self.options.max_records_per_partition,
                                  self.options.min_partitions)
-            if isinstance(member, ShareBatchMember) and not self.options.signed:
-                # Workers write their gaps in the driver's name, unsigned groups only
-                # (PROTOCOL.md 7.1): a signed group's driver accepts them with the batch.
+            if isinstance(member, ShareBatchMember):
+                # Workers write their gaps in the driver's name (PROTOCOL.md 7.1), as gap
+                # declarations signed with its holder key in an authenticated group.
                 holder = member.holder
                 tasks = [dataclasses.replace(t, holder=holder) for t in tasks]
             return [MarshalInputPartition(t) for t in tasks]

@@ -29,9 +29,10 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from marshal_py.protocol.auth import Signature, verify
+from marshal_py.protocol.auth import DECLARATION_SEQ, Signature, verify, verify_declaration
 from marshal_py.protocol.codec import DecodeError, DecodeErrorKind, decode_signed
 from marshal_py.protocol.messages import (
+    AcknowledgingRecords,
     Checkpoint,
     CheckpointChunk,
     ClaimingMessages,
@@ -373,7 +374,8 @@ class Core(Modes, ExclusiveRules):
             return MISPLACED
         if pos < pair.before:
             return BEFORE_CHECKPOINT
-        if signature is not None and pair.keys is not None:
+        if signature is not None and pair.keys is not None \
+                and signature.seq != DECLARATION_SEQ:  # a gap declaration: rule 4 spares it
             why = self._replay_refusal(pair, message, signature, ts)
             if why is not None:
                 self.rejected[group] += 1
@@ -444,7 +446,21 @@ class Core(Modes, ExclusiveRules):
             return None
         if signature is None:
             return f"group {message.group_id!r} requires signed records; this one is unsigned"
-        if not verify(signature, keys):
+        if signature.seq == DECLARATION_SEQ:
+            # A gap declaration (PROTOCOL.md 12.2 rule 2): signed with its sender's holder
+            # key, and nothing else may be numbered 0.
+            if not isinstance(message, AcknowledgingRecords):
+                return (f"sequence number 0 marks a gap declaration, not a {message.TYPE} "
+                        f"record: a forged or malformed record")
+            if message.kind != "gap":
+                return (f"sequence number 0 marks a gap declaration, not an acknowledgement "
+                        f"of kind {message.kind!r}: a forged or malformed record")
+            if not verify_declaration(signature, keys, message.instance_id,
+                                      message.client_id):
+                known = ", ".join(k.key_id for k in keys)
+                return (f"bad signature of a gap declaration (key id {signature.key_id!r}; "
+                        f"group {message.group_id!r} accepts holder keys of {known})")
+        elif not verify(signature, keys):
             known = ", ".join(k.key_id for k in keys)
             return (f"bad signature (key id {signature.key_id!r}; group "
                     f"{message.group_id!r} accepts {known})")

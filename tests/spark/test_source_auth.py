@@ -1,7 +1,8 @@
 """Authenticated groups in the ``marshal`` Spark source (option ``auth.keys``) on the real
 broker and real (local[2]) Spark: the query signs every record it writes and verifies the
-group's records as members do; in share mode its workers write no gaps (only the driver
-signs, PROTOCOL.md 7.1), so the driver accepts the offsets that held no record.
+group's records as members do; in share mode its workers declare the offsets that held no
+record as gaps, signed with the driver's holder key (PROTOCOL.md 7.1 and 12.1), so no
+delivery is counted for a transaction marker or an aborted record.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from marshal_py import Marshaler
 from marshal_py.protocol.auth import GroupKey
+from marshal_py.protocol.ranges import offsets_in, parse_ranges
 from tests.integration.consumer_support import HI, Cluster, run_marshal, tail_json
 from tests.integration.test_auth import key_file
 from tests.integration.test_transactional_input import PLAN
@@ -45,7 +47,17 @@ def rejected_line(world: Any, keys: Path, *extra: str) -> str:
     return next(line for line in result.stderr.splitlines() if line.startswith("rejected"))
 
 
-def test_signed_share_query_signs_every_record_and_the_driver_accepts_the_gaps(
+def signed_acks(records: list[str]) -> list[tuple[int, str, set[int]]]:
+    """(sequence number, kind, offsets) of each signed share acknowledgement."""
+    out = []
+    for record in records:
+        _, _, _, seq, _, *body = record.split("/")
+        if body[0] == "AcknowledgingRecords":
+            out.append((int(seq), body[-1], set(offsets_in(parse_ranges(body[-2])))))
+    return out
+
+
+def test_signed_share_query_signs_every_record_and_its_workers_declare_the_gaps(
         marshal_spark: SparkSession, kafka_bootstrap: str, unique_name: str,
         tmp_path: Path) -> None:
     world = world_of(kafka_bootstrap, unique_name)
@@ -58,10 +70,16 @@ def test_signed_share_query_signs_every_record_and_the_driver_accepts_the_gaps(
                                                     "read_committed")
     records = group_records(world)
     assert records and all(r.startswith(f"Signed/3/{KEY.key_id}/") for r in records)
-    # Markers and aborted records were not acknowledged as gaps by the workers: the driver
-    # accepted every offset of the partition with its batch.
-    kinds = {r.split("/")[-1] for r in records if "/AcknowledgingRecords/" in r}
-    assert kinds == {"accept"}
+    # The workers declared the markers and aborted records gaps (numbered 0, signed with the
+    # driver's holder key); the driver accepted the records it delivered (numbered by its
+    # counter). Every record the log holds was accepted: none was rejected.
+    delivered = set(offsets(kafka_bootstrap, world.topic, "read_committed"))
+    acks = signed_acks(records)
+    assert {kind for _, kind, _ in acks} == {"accept", "gap"}
+    assert all((seq == 0) == (kind == "gap") for seq, kind, _ in acks)
+    assert set().union(*(o for _, kind, o in acks if kind == "accept")) == delivered
+    assert set().union(*(o for _, kind, o in acks if kind == "gap")) == \
+        set(range(written.end)) - delivered
     assert rejected_line(world, keys).endswith(f"group {world.group}: 0")
     result = run_marshal("state", "--shares", "--json", "--bootstrap-servers", world.bootstrap,
                          "--coordination-topic", world.ctopic, "--group", world.group,

@@ -33,7 +33,7 @@ from marshal_py.protocol import (
     sign_v2,
     verify,
 )
-from marshal_py.protocol.auth import split_signed
+from marshal_py.protocol.auth import DECLARATION_SEQ, holder_key, split_signed
 from marshal_py.replay.checkpoints import start_from_checkpoints
 from marshal_py.world import Owner, Rationalizer, RationalizerConfig, Verdict
 from marshal_py.world.checkpoint import decode_state
@@ -270,6 +270,72 @@ def test_replays_of_every_kind_of_record_change_nothing() -> None:
     assert w.r.last_checkpoint_ms("g", "t") == last_checkpoint
     assert w.r.members("g", "t", w.clock()) == []  # the copied join did not bring it back
     assert w.r.rejected_count("g") == len(records) + 1
+
+
+def test_the_gap_declaration_vector_is_signed_with_the_holder_key() -> None:
+    """PROTOCOL.md 12.1's vector of a gap declaration (checked there with openssl)."""
+    message = AcknowledgingRecords(1_700_000_000, "a1b2c3d4", "driver-1", "orders.team",
+                                   "orders", 3, "41-42", "gap")
+    holder = holder_key(K1, "a1b2c3d4", "driver-1")
+    assert holder.key_id == K1.key_id and holder.secret.hex() == (
+        "0895508363bf39c3334ff0ae11a4b9dc3c588d3b5dfcaedd2236438d2dacf25e")
+    assert sign(encode(message), holder, DECLARATION_SEQ) == (
+        b"Signed/3/2026-11/0/5kcgTMivBruOBNCr8amrhDPTV5TXklqy_8w5ohMKzfU/"
+        b"AcknowledgingRecords/2/1700000000/a1b2c3d4/driver-1/orders.team/orders/3/41-42/gap")
+
+
+def shared_world() -> World:
+    """OWNER holds offsets 0-9 of share-partition t/1 of the authenticated group."""
+    w = World()
+    me = ids(OWNER)
+    assert w.write(InitializingSharePartition(now_s(w), *me, "g", "t", 1, 0, 5, 100), K1).applied
+    assert w.write(AcquiringRecords(now_s(w), *me, "g", "t", 1, "0-9", 30_000), K1).applied
+    return w
+
+
+def declaration(w: World, owner: Owner, ranges: str, key: GroupKey,
+                kind: str = "gap") -> bytes:
+    """A record numbered 0 acknowledging ``ranges`` in ``owner``'s name, signed with ``key``."""
+    return sign(encode(AcknowledgingRecords(now_s(w), *ids(owner), "g", "t", 1, ranges, kind)),
+                key, DECLARATION_SEQ)
+
+
+def test_a_gap_declaration_signed_with_the_holder_key_archives_without_a_delivery() -> None:
+    w = shared_world()
+    assert w.append(declaration(w, OWNER, "3-4", holder_key(K1, *ids(OWNER)))).applied
+    share = w.r.share_partition("g", "t", 1)
+    assert share is not None
+    gapped = [share.record(o) for o in (3, 4)]
+    assert [(r.state.name, r.delivery_count) for r in gapped] == [("ARCHIVED", 0)] * 2
+    # The replay guard was left alone: the holder's own next record (number 3) counts.
+    assert w.write(AcknowledgingRecords(now_s(w), *ids(OWNER), "g", "t", 1, "0-2", "accept"),
+                   K1).applied
+    assert share.spso == 5
+    # A copy of the declaration declares the same fact: those offsets are done, it is ignored.
+    before = w.r.snapshot("g", "t")
+    assert not w.append(w.values[2]).applied
+    assert w.r.snapshot("g", "t") == before
+    assert w.r.rejected_count("g") == 0
+
+
+def test_records_numbered_0_other_than_a_holders_gap_declaration_are_rejected() -> None:
+    w = shared_world()
+    before = w.r.snapshot("g", "t")
+    forged = [
+        declaration(w, OWNER, "3-4", K1),  # the group key itself does not sign declarations
+        declaration(w, OWNER, "3-4", holder_key(K1, *ids(THIEF))),  # another sender's key
+        declaration(w, OWNER, "3-4", holder_key(FORGER, *ids(OWNER))),
+        declaration(w, OWNER, "0-9", holder_key(K1, *ids(OWNER)), kind="accept"),
+        sign(encode(Heartbeat(now_s(w), *ids(OWNER), "g", "t", 0, 1)),
+             holder_key(K1, *ids(OWNER)), DECLARATION_SEQ),
+    ]
+    details = [w.detail(value) for value in forged]
+    assert w.r.rejected_count("g") == len(forged)
+    assert w.r.snapshot("g", "t") == before
+    assert "bad signature of a gap declaration" in details[0]
+    assert "bad signature of a gap declaration" in details[1] and details[2] == details[1]
+    assert "not an acknowledgement of kind 'accept'" in details[3]
+    assert "not a Heartbeat record" in details[4]
 
 
 def test_a_replay_after_a_checkpoint_is_refused_by_a_reader_that_started_there() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 from collections import Counter
 
 import pytest
@@ -10,9 +12,15 @@ from hypothesis import strategies as st
 
 from marshal_py.client.batch_member import PlannedRange, ShareHolder, share_budget
 from marshal_py.errors import ConfigurationError
-from marshal_py.protocol import encode
+from marshal_py.protocol import GroupKey, encode
+from marshal_py.protocol.auth import (
+    DECLARATION_SEQ,
+    holder_key,
+    split_signed,
+    verify_declaration,
+)
 from marshal_py.spark.fetch import _Span
-from marshal_py.spark.gaps import gap_messages
+from marshal_py.spark.gaps import gap_messages, record_value
 from marshal_py.spark.options import OPTIONS, parse_options
 from marshal_py.spark.planning import BatchOffset, OffsetFormatError, ReadTask, split_ranges
 
@@ -161,6 +169,23 @@ def test_a_span_notes_as_gaps_only_offsets_inside_its_ranges() -> None:
     span.passed(40)  # clipped at the span's end
     assert span.gaps == [(0, 3), (5, 9), (20, 29)]
     assert span.accounted == 30
+
+
+def test_in_an_authenticated_group_gaps_are_declarations_signed_with_the_holder_key() -> None:
+    """The holder shipped to the tasks carries the holder key, not the group secret; the
+    record it signs passes a rationalizer that knows the group key (PROTOCOL.md 12.2)."""
+    group_key = GroupKey("2026-11", b"0123456789abcdef0123456789abcdef")
+    holder = ShareHolder("ab12cd34", "spark-q", "jobs.g", (("jobs", 0),),
+                         holder_key(group_key, "ab12cd34", "spark-q"))
+    shipped = pickle.loads(pickle.dumps(holder))
+    assert shipped == holder and group_key.secret not in pickle.dumps(holder)
+    [(_, message)] = gap_messages(shipped, {("jobs", 0): [(3, 4)]}, 1700000000)
+    signature = split_signed(record_value(shipped, message))
+    assert signature.seq == DECLARATION_SEQ and signature.body == encode(message)
+    assert verify_declaration(signature, [group_key], "ab12cd34", "spark-q")
+    assert not verify_declaration(signature, [group_key], "ab12cd34", "another-client")
+    assert record_value(dataclasses.replace(holder, declaration_key=None), message) == \
+        encode(message)  # an open group: the plain acknowledgement
 
 
 def test_gap_acknowledgements_are_written_in_the_holders_name() -> None:
