@@ -1,6 +1,6 @@
 """Input written by transactional producers, and compacted input, on a real broker.
 
-Every mode (ALO and AMO with either fetcher, share, key-shared): under the default
+Every mode (ALO and AMO with either fetcher, share, key-shared, exactly-once): under the default
 ``read_committed`` only records of committed transactions are handed out, and
 ``read_uncommitted`` hands out aborted ones too; an open transaction holds read_committed back
 at the last stable offset until it commits; the committed offset (share mode: the SPSO) ends
@@ -25,6 +25,7 @@ from tests.txn_input import (
     COMPACT_FAST,
     create_topic,
     present_offsets,
+    read_all,
     transactional_producer,
     write_compacted,
     write_transactions,
@@ -203,3 +204,39 @@ def test_a_bad_isolation_level_is_one_line_and_exit_2(kafka_bootstrap: str) -> N
     assert "Invalid value for '--isolation-level': 'committed' is not one of " \
            "'read_committed', 'read_uncommitted'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("isolation", [None, "read_uncommitted"])
+def test_exactly_once_copies_at_the_isolation_level_and_lag_ends_at_zero(
+        kafka_bootstrap: str, unique_name: str, isolation: str | None) -> None:
+    """``mode="eos"``: the copy holds the records of the isolation level, each once, and the
+    offset its last transaction committed lies past the trailing marker."""
+    topic, output = unique_name, f"{unique_name}.out"
+    ctopic, group = f"__marshal-{unique_name}", f"{unique_name}.g"
+    create_topic(kafka_bootstrap, topic)
+    create_topic(kafka_bootstrap, output)
+    written = write_transactions(kafka_bootstrap, topic, PLAN)
+    expected = written.every if isolation == "read_uncommitted" else written.committed
+    settings = {} if isolation is None else {"isolation_level": isolation}
+    with Marshaler(kafka_bootstrap, group, "w1", heartbeat_interval=HI,
+                   coordination_topic=ctopic) as m:
+        consumer = m.consumer([topic], "eos", offset_reset="earliest", **settings)
+        copied: list[Any] = []
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, f"{len(copied)} of {len(expected)} copied"
+            batch = consumer.poll_batch(0.5)
+            if batch is None:
+                if len(copied) >= len(expected):
+                    break  # one poll found nothing after everything: the fetch passed the end
+                continue
+            for record in batch:
+                batch.send(output, record.value)
+            assert batch.commit()
+            copied += list(batch)
+        consumer.close()
+    assert sorted(r.value for r in copied) == sorted(expected)
+    assert max(Counter(r.offset for r in copied).values()) == 1
+    assert sorted(r.value for r in read_all(kafka_bootstrap, output, 0, "read_committed")) == \
+        sorted(expected)
+    assert lag_rows(kafka_bootstrap, ctopic, group) == [(written.end, written.end, 0)]
