@@ -50,10 +50,14 @@ BROKERS = {"default": "kafka_bootstrap", "kafka-3.9": "kafka39_bootstrap"}
 #: parametrized with the broker and builds on :func:`broker_bootstrap`.
 ON_EVERY_BROKER = pytest.mark.parametrize("cluster", list(BROKERS), indirect=True)
 
+#: :data:`ON_EVERY_BROKER` for tests that need only the broker's bootstrap.servers, not a
+#: :class:`Cluster`: their module's ``bootstrap`` fixture returns :func:`broker_bootstrap`.
+ON_EVERY_BROKER_BOOTSTRAP = pytest.mark.parametrize("bootstrap", list(BROKERS), indirect=True)
+
 
 def broker_bootstrap(request: pytest.FixtureRequest) -> str:
-    """bootstrap.servers of the broker a ``cluster`` fixture is parametrized with (see
-    :data:`ON_EVERY_BROKER`); the default broker's when it is not."""
+    """bootstrap.servers of the broker a ``cluster`` (or ``bootstrap``) fixture is
+    parametrized with (see :data:`ON_EVERY_BROKER`); the default broker's when it is not."""
     bootstrap: str = request.getfixturevalue(BROKERS[getattr(request, "param", "default")])
     return bootstrap
 
