@@ -451,6 +451,7 @@ def test_engines_check_signatures_with_auth_keys(kafka_bootstrap: str, tmp_path:
         encode(Heartbeat(at, "ffff0009", "mallory", g, "events", 0, 5)),  # unsigned
         sign(encode(ClaimingPartition(at, "ffff0009", "mallory", g, "events", 1)), wrong, 1),
     ]
+    records.append(records[1])  # a copy of the owner's heartbeat (a replay: number 2 again)
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
     for i, value in enumerate(records):
         producer.send(topic, key=b"k", value=value, partition=home, timestamp_ms=T0 + i)
@@ -460,9 +461,48 @@ def test_engines_check_signatures_with_auth_keys(kafka_bootstrap: str, tmp_path:
     keyed, _, tables = both(kafka_bootstrap, topic, tmp_path / "keyed", spark,
                             group_keys={g: (key,)})  # type: ignore[arg-type]
     rejected = {row[0]: row[8] for row in tables["coordination"]}
-    assert rejected == {home: 2}
+    assert rejected == {home: 3}  # the unsigned, the forged and the replayed record
     claims_won = {row[2]: row[3] for row in tables["partitions"]}
     assert claims_won.get(0) == 1 and not claims_won.get(1)  # mallory's claim did nothing
     _, _, open_tables = both(kafka_bootstrap, topic, tmp_path / "open", spark)
     assert {row[0]: row[8] for row in open_tables["coordination"]} == {home: 0}
-    assert keyed.records == 4
+    assert keyed.records == 5
+
+
+def test_engines_and_the_log_source_skip_records_of_aborted_transactions(
+        kafka_bootstrap: str, tmp_path: Path, spark: SparkSession) -> None:
+    """The coordination log is read read_committed (exactly-once members write commit records
+    in transactions): a claim and a commit record in an aborted transaction are in the
+    topic, and neither engine nor the ``marshal_log`` source sees them."""
+    from marshal_py.protocol import CommittingTransaction
+    from marshal_py.spark.log_source import MarshalLogDataSource
+
+    topic = f"__audit-aborted-{os.getpid()}-{int(time.time() * 1000)}"
+    create_topic(kafka_bootstrap, topic, CP)
+    g, home = "eos.job", coordination_partition("events", CP)
+    at = int(time.time())
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    producer.send(topic, encode(ClaimingPartition(at, "aaaa0001", "w1", g, "events", 0)),
+                  partition=home).get(timeout=10)
+    producer.close()
+    aborting = KafkaProducer(bootstrap_servers=kafka_bootstrap,
+                             transactional_id=f"audit-aborted-{os.getpid()}")
+    try:
+        aborting.init_transactions()
+        aborting.begin_transaction()
+        for message in (ClaimingPartition(at, "ffff0009", "mallory", g, "events", 1),
+                        CommittingTransaction(at, "ffff0009", "mallory", g, "events", 0, 999)):
+            aborting.send(topic, encode(message), partition=home)
+        aborting.flush()  # the records reach the log before the abort
+        aborting.abort_transaction()
+    finally:
+        aborting.close()
+
+    local, _, tables = both(kafka_bootstrap, topic, tmp_path, spark)
+    assert local.records == 1
+    assert {row[2]: row[3] for row in tables["partitions"]} == {0: 1}  # claims won
+    assert [row[10] for row in tables["ownership"]] == [None]  # no commit record counted
+    spark.dataSource.register(MarshalLogDataSource)
+    rows = (spark.read.format("marshal_log").option("bootstrap.servers", kafka_bootstrap)
+            .option("topic", topic).load().collect())
+    assert [bytes(row["value"]).split(b"/")[0] for row in rows] == [b"ClaimingPartition"]
