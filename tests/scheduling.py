@@ -40,7 +40,9 @@ KAFKA39_PART = ("kafka-3.9", ("tests/integration/test_consumers.py",
                               "tests/integration/test_share.py",
                               "tests/integration/test_key_shared.py",
                               "tests/integration/test_devbroker.py",
-                              "tests/integration/test_compat.py"))
+                              "tests/integration/test_compat.py",
+                              "tests/integration/test_layout.py",
+                              "tests/integration/test_auth.py"))
 _PART_OF_FILE = {f"tests/spark/{name}": part
                        for part, names in SPARK_PARTS.items() for name in names}
 _PART_OF_FILE.update({path: KAFKA39_PART[0] for path in KAFKA39_PART[1]})

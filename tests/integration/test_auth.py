@@ -1,6 +1,6 @@
 """Authenticated groups on the real broker: members sign, forgeries and replays are rejected
 and counted, keys rotate, a member without the key refuses to run, and `marshal state` shows
-rejections."""
+rejections. The forgery, rotation and replay test runs on Kafka 3.9 too."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from marshal_py.protocol import (
     sign,
 )
 from marshal_py.replay.checkpoints import read_range
+from tests.integration.consumer_support import ON_EVERY_BROKER_BOOTSTRAP, broker_bootstrap
 from tests.integration.test_cli_admin import make_topic, wait_for
 
 pytestmark = pytest.mark.integration
@@ -51,20 +52,26 @@ def held(consumer: Consumer) -> set[int]:
     return {tp.partition for tp in consumer.assignment()}
 
 
-def test_forged_records_change_nothing_and_keys_rotate(kafka_bootstrap: str, unique_name: str,
+@pytest.fixture
+def bootstrap(request: pytest.FixtureRequest) -> str:
+    return broker_bootstrap(request)
+
+
+@ON_EVERY_BROKER_BOOTSTRAP
+def test_forged_records_change_nothing_and_keys_rotate(bootstrap: str, unique_name: str,
                                                       tmp_path: Path) -> None:
     topic, group, ctopic = unique_name, f"{unique_name}.g", f"__marshal-{unique_name}"
-    make_topic(kafka_bootstrap, topic, 2, 5)
+    make_topic(bootstrap, topic, 2, 5)
     common = dict(heartbeat_interval=HI, coordination_topic=ctopic)
     # Mid-rotation: w1 still signs with K1, w2 already with K2; both accept both.
-    with Marshaler(kafka_bootstrap, group, "w1", auth_keys=(K1, K2), **common) as m1, \
-            Marshaler(kafka_bootstrap, group, "w2", auth_keys=(K2, K1), **common) as m2:
+    with Marshaler(bootstrap, group, "w1", auth_keys=(K1, K2), **common) as m1, \
+            Marshaler(bootstrap, group, "w2", auth_keys=(K2, K1), **common) as m2:
         c1 = m1.consumer([topic], offset_reset="earliest")
         c2 = m2.consumer([topic], offset_reset="earliest")
         assert isinstance(c1, Consumer) and isinstance(c2, Consumer)
         wait_for(lambda: len(held(c1)) == 1 and len(held(c2)) == 1, "one partition each")
         victim = next(iter(held(c1)))
-        with KafkaLog(KafkaLogConfig(bootstrap_servers=kafka_bootstrap, topic=ctopic)) as log:
+        with KafkaLog(KafkaLogConfig(bootstrap_servers=bootstrap, topic=ctopic)) as log:
             cp = coordination_partition(topic, log.partition_count())
             now = int(time.time())
             # An unsigned release in w1's name, and a claim signed with a guessed secret.
@@ -88,7 +95,7 @@ def test_forged_records_change_nothing_and_keys_rotate(kafka_bootstrap: str, uni
         keys = key_file(tmp_path / "keys", group, (K1, K2))
         state = subprocess.run(
             [sys.executable, "-m", "marshal_py.cli", "state", "--bootstrap-servers",
-             kafka_bootstrap, "--coordination-topic", ctopic, "--heartbeat-interval", str(HI),
+             bootstrap, "--coordination-topic", ctopic, "--heartbeat-interval", str(HI),
              "--group", group, "--auth-keys", str(keys), "--json"],
             capture_output=True, text=True, timeout=120, env=dict(os.environ))
         assert state.returncode == 0, state.stderr
@@ -102,7 +109,7 @@ def test_forged_records_change_nothing_and_keys_rotate(kafka_bootstrap: str, uni
         for extra, rejected in ((["--auth-keys", str(keys)], 2), ([], 0)):
             audit = subprocess.run(
                 [sys.executable, "-m", "marshal_py.cli", "audit", "--bootstrap-servers",
-                 kafka_bootstrap, "--coordination-topic", ctopic, "--heartbeat-interval",
+                 bootstrap, "--coordination-topic", ctopic, "--heartbeat-interval",
                  str(HI), "--json", *extra],
                 capture_output=True, text=True, timeout=120, env=dict(os.environ))
             assert audit.returncode == 0, audit.stderr
@@ -123,7 +130,7 @@ def test_forged_records_change_nothing_and_keys_rotate(kafka_bootstrap: str, uni
         for m in (m1, m2):
             wait_for(lambda m=m: m.rationalizer.claim(group, topic, victim).committed_offset
                      == 5, "w1's commit of 5")
-        with KafkaLog(KafkaLogConfig(bootstrap_servers=kafka_bootstrap, topic=ctopic)) as log:
+        with KafkaLog(KafkaLogConfig(bootstrap_servers=bootstrap, topic=ctopic)) as log:
             first_beat = next(r.value for r in read_range(log, cp, 0, log.end_position(cp))
                               if _heartbeat_of(r.value, "w1", victim, 0))
             copy = log.append(cp, first_beat)
@@ -136,7 +143,7 @@ def test_forged_records_change_nothing_and_keys_rotate(kafka_bootstrap: str, uni
         assert held(c1) == {victim}
 
         # A member without the group's keys refuses to take part.
-        with Marshaler(kafka_bootstrap, group, "w3", **common) as m3, \
+        with Marshaler(bootstrap, group, "w3", **common) as m3, \
                 pytest.raises(ConfigurationError, match=r"is authenticated .* no key"):
             m3.consumer([topic], offset_reset="earliest")
 

@@ -25,6 +25,7 @@ from marshal_py.world import Owner
 from tests.integration.consumer_support import (
     HI,
     ON_EVERY_BROKER,
+    ON_EVERY_BROKER_BOOTSTRAP,
     PARTITIONS,
     TP,
     BackgroundProducer,
@@ -377,11 +378,17 @@ def test_a_second_live_process_with_the_same_client_id_exits_2(cluster: Cluster)
     stop_gracefully([first])
 
 
+@pytest.fixture
+def bootstrap(request: pytest.FixtureRequest) -> str:
+    return broker_bootstrap(request)
+
+
+@ON_EVERY_BROKER_BOOTSTRAP
 def test_a_member_with_another_heartbeat_interval_exits_2_and_nothing_is_delivered_twice(
-        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+        bootstrap: str, unique_name: str, tmp_path: Path) -> None:
     # As a user tried it: one member with the default interval (10 s), one with 1 s, one
     # group, 4 partitions, 3,000 records.
-    c = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4, hi=10.0)
+    c = Cluster(bootstrap, unique_name, tmp_path, partitions=4, hi=10.0)
     try:
         produced = c.producer.send(3_000)
         slow = c.spawn("slow")

@@ -27,10 +27,10 @@ def test_every_file_on_the_kafka39_broker_is_in_its_part() -> None:
 
 def test_parts_go_out_longest_first_and_pure_tests_last() -> None:
     spark = "tests/spark/test_range_stream.py::test_x"
-    integration = "tests/integration/test_auth.py::test_y"
+    integration = "tests/integration/test_edges.py::test_y"
     pure = [f"{directory}test_z.py::test_w" for directory in PURE]
     assert part_of(spark) == part_of("tests/spark/test_fetch.py::test_v") == "spark-streams"
-    assert part_of(integration) == "tests/integration/test_auth.py"
+    assert part_of(integration) == "tests/integration/test_edges.py"
     assert rank_of("tests/spark/test_audit_engines.py::t") < rank_of(spark)
     assert rank_of(spark) < rank_of("tests/chaos/test_campaign.py::t") < rank_of(integration)
     assert all(rank_of(integration) < rank_of(node) for node in pure)
