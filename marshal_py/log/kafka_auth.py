@@ -9,8 +9,8 @@ kafka-python reports a wrong password or an unknown CA only as a bootstrap that 
 the resource and what to change:
 
 * :func:`check_credentials`: before the clients of a secured listener connect, one
-  diagnostic connection (TCP, TLS handshake, SASL) reports a wrong password or an untrusted
-  certificate as soon as the broker answers;
+  diagnostic connection (TCP, TLS handshake, SASL) to the first bootstrap server that
+  answers reports a wrong password or an untrusted certificate as soon as it answers;
 * :func:`connection_error`: after a client could not connect, the same diagnostic connection
   tells a wrong password or an untrusted certificate from a broker that is down;
 * :func:`not_authorized` / :func:`is_authorization_failure`: the ACL to grant.
@@ -85,12 +85,13 @@ def connection_error(config: KafkaLogConfig, exc: BaseException) -> MarshalError
 
 
 def check_credentials(config: KafkaLogConfig) -> None:
-    """On a secured listener (``security_protocol`` SSL or SASL_*), connect once to the first
+    """On a secured listener (``security_protocol`` SSL or SASL_*), connect once to a
     bootstrap server before the clients do and raise the authentication or TLS failure at
     once: kafka-python's own clients drop the broker's SaslAuthenticate error (it arrives
-    together with the connection's end) and retry until their bootstrap timeout. Costs one
-    connection (tens of milliseconds); a broker that is down or unreachable is left to the
-    clients to report."""
+    together with the connection's end) and retry until their bootstrap timeout. The bootstrap
+    servers are tried in turn until one answers, so a first one that is down does not hide a
+    wrong password. Costs one connection (tens of milliseconds) when a server answers; when
+    none does, the clients are left to report it."""
     protocol = str(_settings(config).get("security_protocol", "PLAINTEXT")).upper()
     if protocol == "PLAINTEXT":
         return
@@ -100,50 +101,73 @@ def check_credentials(config: KafkaLogConfig) -> None:
 
 
 def diagnose_connection(config: KafkaLogConfig) -> KafkaAuthenticationError | None:
-    """Connect once to the first bootstrap server the way kafka-python does and return the
-    authentication or TLS failure that stops it, or None (connected, or not reachable at
-    all)."""
+    """Connect the way kafka-python does to the first bootstrap server that accepts a TCP
+    connection (each tried in turn, within ``min(PROBE_TIMEOUT_S, config.timeout_s)`` in
+    all) and return the authentication or TLS failure that stops it, or None (connected, or
+    no server reachable at all)."""
+    deadline = time.monotonic() + min(PROBE_TIMEOUT_S, config.timeout_s)
+    for address in _bootstrap_addresses(config):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        if not _accepts_connections(address, min(3.0, left)):
+            continue  # down or unreachable: nothing about security to tell; try the next
+        answered, failure = _diagnose_at(config, address, deadline)
+        if answered:
+            return failure
+    return None
+
+
+def _bootstrap_addresses(config: KafkaLogConfig) -> list[str]:
+    """The bootstrap servers in the order given, without blanks."""
+    return [part.strip() for part in config.bootstrap_servers.split(",") if part.strip()]
+
+
+def _diagnose_at(config: KafkaLogConfig, address: str,
+                 deadline: float) -> tuple[bool, KafkaAuthenticationError | None]:
+    """Whether ``address`` (which accepted a TCP connection just now) answered the
+    diagnostic connection before ``deadline`` (``time.monotonic()``), and the authentication
+    or TLS failure it showed (None: connected)."""
     settings = _settings(config)
     protocol = str(settings.get("security_protocol", "PLAINTEXT")).upper()
-    timeout_s = min(PROBE_TIMEOUT_S, config.timeout_s)
     disconnected = False
-    address = config.bootstrap_servers.split(",")[0].strip()
-    if not _accepts_connections(address, min(3.0, timeout_s)):
-        return None  # down or unreachable: nothing about security to tell
     for _ in range(_PROBE_ATTEMPTS):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
         try:
-            address, failure = _probe(config, timeout_s)
+            failure = _probe(config, address, left)
         except Exception:  # the probe leans on kafka-python's internals: never fail on it
             log.debug("the diagnostic connection could not run", exc_info=True)
-            return None
+            return True, None
         if failure is None:
-            return None
+            return True, None
         text = str(failure)
         log.debug("diagnostic connection to %s: %s: %s", address, type(failure).__name__, text)
         if isinstance(failure, SaslAuthenticationFailedError) \
                 or "SaslAuthenticationFailed" in text:
-            return _authentication_failed(config, address)
+            return True, _authentication_failed(config, address)
         if "UnsupportedSaslMechanism" in text or "does not support" in text:
-            return KafkaAuthenticationError(
+            return True, KafkaAuthenticationError(
                 f"the broker at {address} does not offer SASL mechanism "
                 f"{settings.get('sasl_mechanism')} ({_short(text)}): check "
                 f"{_setting_hint(config, 'sasl.mechanism', 'sasl_mechanism')}")
         if "Handshake failed" in text:
-            return _tls_failed(config, address, text)
+            return True, _tls_failed(config, address, text)
         if "disconnected" not in text:
-            return None  # refused, timed out: the broker is not there
+            return False, None  # refused, timed out: the broker is not there
         disconnected = True
     if not disconnected:
-        return None
+        return False, None
     if protocol.startswith("SASL_"):
         # The broker closes the connection when authentication fails; kafka-python sometimes
         # sees the close before the error response.
-        return KafkaAuthenticationError(
+        return True, KafkaAuthenticationError(
             f"the broker at {address} closed the connection while authenticating "
             f"{principal(config)} ({settings.get('sasl_mechanism')}): check the username and "
             f"password ({_setting_hint(config, 'sasl.jaas.config', 'sasl_plain_username')}), "
             f"the mechanism and security.protocol={protocol}")
-    return KafkaAuthenticationError(
+    return True, KafkaAuthenticationError(
         f"the broker at {address} closed the connection as soon as it was made: its listener "
         f"probably expects TLS or SASL; check "
         f"{_setting_hint(config, 'security.protocol', 'security_protocol')} (now {protocol})")
@@ -159,19 +183,20 @@ def _accepts_connections(address: str, timeout_s: float) -> bool:
         return False
 
 
-def _probe(config: KafkaLogConfig, timeout_s: float) -> tuple[str, BaseException | None]:
-    """One connection through kafka-python's connection manager: (address, its failure)."""
+def _probe(config: KafkaLogConfig, address: str, timeout_s: float) -> BaseException | None:
+    """One connection to ``address`` through kafka-python's connection manager: its
+    failure, or None."""
     from kafka.net.manager import KafkaConnectionManager
     from kafka.net.selector import NetworkSelector
 
     settings = dict(config.client_config())
+    settings["bootstrap_servers"] = address
     settings["request_timeout_ms"] = int(timeout_s * 1000)
     settings["socket_connection_setup_timeout_ms"] = int(timeout_s * 1000)
     settings["reconnect_backoff_ms"] = 0
     net = NetworkSelector()
     manager = KafkaConnectionManager(net, **settings)
     node = manager.cluster.bootstrap_brokers()[0]
-    address = f"{node.host}:{node.port}"
 
     sasl_failures: list[BaseException] = []
 
@@ -219,14 +244,14 @@ def _probe(config: KafkaLogConfig, timeout_s: float) -> tuple[str, BaseException
         net.run(attempt)
     except Exception as exc:
         log.debug("diagnostic connection failed after %.1f s", time.monotonic() - started)
-        return address, exc
+        return exc
     finally:
         for close in (manager.close, net.close):
             try:
                 close()
             except Exception:
                 log.debug("closing the diagnostic connection failed", exc_info=True)
-    return address, None
+    return None
 
 
 def _authentication_failed(config: KafkaLogConfig, address: str) -> KafkaAuthenticationError:

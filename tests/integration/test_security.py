@@ -6,6 +6,7 @@ line (exit 2 on the CLI, a MarshalError subclass in the library)."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -139,6 +140,28 @@ def test_a_wrong_password_is_an_authentication_error_from_the_library_at_once(
         f"authentication failed for user 'bob' (SCRAM-SHA-512) at {broker.bootstrap_servers}: "
         "check the username and password (sasl.jaas.config")
     assert took < 10, f"raised after {took:.1f} s of a 60 s timeout"
+
+
+def test_a_wrong_password_is_reported_when_the_first_bootstrap_server_is_down(
+        broker: SecureDevBroker, tmp_path: Path) -> None:
+    """The check before connecting tries the bootstrap servers in turn: a first one that
+    refuses connections does not hide the answer of the next, in the library and the CLI."""
+    wrong = broker.write_client_properties(tmp_path / "bob-wrong.properties", "bob",
+                                           password="not-the-password")
+    with socket.socket() as sock:  # a local port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        down = f"127.0.0.1:{sock.getsockname()[1]}"
+    bootstrap = f"{down},{broker.bootstrap_servers}"
+    expected = (f"authentication failed for user 'bob' (SCRAM-SHA-512) at "
+                f"{broker.bootstrap_servers}: check the username and password "
+                f"(sasl.jaas.config in {wrong})")
+    with pytest.raises(KafkaAuthenticationError) as caught:
+        Marshaler(bootstrap, "g", "bob-1", HI, timeout=60, kafka_config=load_properties(wrong))
+    assert str(caught.value) == expected
+    result = marshal("state", "--bootstrap-servers", bootstrap, "--command-config", str(wrong),
+                     "--timeout", "60")
+    assert result.returncode == 2
+    assert one_line(result.stderr).endswith(f" error: {expected}"), result.stderr
 
 
 def test_unknown_ca_says_to_check_the_truststore(broker: SecureDevBroker,
