@@ -62,6 +62,7 @@ def consuming_member(cluster: Cluster, mode: str) -> ConsumerProcess:
     return member
 
 
+@pytest.mark.serial  # bounds the stop by one HI: a loaded machine stretches it
 @pytest.mark.parametrize("mode", ["alo", "amo"])
 def test_a_deleted_coordination_topic_stops_the_member_within_one_interval(
         cluster: Cluster, mode: str) -> None:
@@ -81,6 +82,7 @@ def test_a_deleted_coordination_topic_stops_the_member_within_one_interval(
     assert stopped_s < HI, f"stopped {stopped_s:.1f} s after the deletion"
 
 
+@pytest.mark.serial  # bounds the warning by one HI: a loaded machine stretches it
 def test_a_deleted_data_topic_is_warned_about_given_up_and_a_recreated_one_stops_the_member(
         cluster: Cluster) -> None:
     member = consuming_member(cluster, "alo")
