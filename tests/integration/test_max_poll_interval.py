@@ -1,7 +1,9 @@
-"""The bound on processing time (max_poll_interval) of the exclusive consumer, on a real
-broker: a member whose application stops asking for records gives its partitions up (others
-take them at once), its late commit is refused with CommitFailedError, and its next poll
-joins the group again. At-least-once loses nothing; at-most-once delivers nothing twice."""
+"""The bound on processing time (max_poll_interval) of every consumer, on a real broker: a
+member whose application stops asking for records gives its partitions up (others take them
+at once), its late commit is refused with CommitFailedError, and its next poll joins the
+group again. At-least-once loses nothing; at-most-once delivers nothing twice; share and
+key-shared members give their records and key slots back; an exactly-once member's late
+batch commits nothing (its commit returns False) and each record's output is seen once."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ from typing import Any
 
 import pytest
 
-from marshal_py import CommitFailedError, Marshaler
+from marshal_py import CommitFailedError, ExactlyOnceConsumer, Marshaler
 from marshal_py.client.consumer import Consumer
+from tests.integration.consumer_support import create_topic
 from tests.integration.test_cli_admin import make_topic, wait_for
+from tests.integration.test_exactly_once import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -68,8 +72,13 @@ def test_a_hung_handler_gives_its_partitions_up_and_joins_again_when_it_polls(
             c1.commit(first[0])
         with pytest.raises(CommitFailedError):
             c1.commit_batch(first)
-        # The late handler asks again: it joins, and fair balance gives it a partition.
-        wait_for(lambda: len(held(c1)) == 1 and len(held(c2)) == 1, "one partition each")
+        # The late handler asks again: it joins, and fair balance gives it a partition. Both
+        # poll every round: w2 left unpolled would give its partitions up in turn.
+        def one_each() -> bool:
+            holdings = held(c1), held(c2)
+            return all(len(h) == 1 for h in holdings)
+
+        wait_for(one_each, "one partition each")
         c1.commit_batch([])  # committing works again
         c1.close()
         c2.close()
@@ -136,3 +145,60 @@ def test_a_hung_key_shared_member_releases_its_slots(kafka_bootstrap: str,
         c1.poll(timeout_s=0.2)  # joins again
         c1.close()
         c2.close()
+
+
+def test_a_hung_exactly_once_member_gives_its_partitions_up_and_its_late_batch_commits_nothing(
+        kafka_bootstrap: str, unique_name: str) -> None:
+    topic, ctopic, output = unique_name, f"__marshal-{unique_name}", f"{unique_name}-out"
+    make_topic(kafka_bootstrap, topic, PARTITIONS, PER_PARTITION)
+    create_topic(kafka_bootstrap, output, 1)
+    common: dict[str, Any] = dict(heartbeat_interval=HI, coordination_topic=ctopic)
+    settings: dict[str, Any] = dict(offset_reset="earliest", max_poll_interval=2.0)
+
+    def copy(batch: Any) -> None:
+        for record in batch:
+            batch.send(output, record.value,
+                       headers=[("src", f"{record.partition}/{record.offset}".encode())])
+
+    with Marshaler(kafka_bootstrap, f"{topic}.g", "w1", **common) as m1, \
+            Marshaler(kafka_bootstrap, f"{topic}.g", "w2", **common) as m2:
+        c1 = m1.consumer([topic], "eos", **settings)
+        assert isinstance(c1, ExactlyOnceConsumer)
+        wait_for(lambda: len(c1.assignment()) == PARTITIONS, "w1 to hold both partitions")
+        deadline = time.monotonic() + 30
+        first = None
+        while first is None:
+            assert time.monotonic() < deadline, "no batch came"
+            first = c1.poll_batch(timeout_s=0.5, max_records=5)
+        copy(first)  # its output is in the open transaction when the handler "hangs"
+        # w1 asks for nothing more; w2 gets both partitions from the committed offsets once
+        # w1 has been silent for max_poll_interval, and copies every record. (w2's own bound
+        # is generous: a transaction's commit on a loaded machine may take a while.)
+        c2 = m2.consumer([topic], "eos", **{**settings, "max_poll_interval": 30.0})
+        committed = 0
+        total = PARTITIONS * PER_PARTITION
+        while committed < total:
+            assert time.monotonic() < deadline + 30, f"w2 committed {committed} of {total}"
+            batch = c2.poll_batch(timeout_s=0.5)
+            if batch is None:
+                continue
+            copy(batch)
+            if batch.commit():
+                committed += len(batch)
+        assert first.commit() is False  # the late batch: aborted, nothing of it visible
+        assert first.state == "aborted"
+
+        # The late handler asks again: it joins, and fair balance gives it a partition.
+        def one_each() -> bool:
+            for consumer in (c1, c2):
+                batch = consumer.poll_batch(timeout_s=0.05)
+                assert batch is None, f"{batch!r} after every record was committed"
+            return len(c1.assignment()) == 1 and len(c2.assignment()) == 1
+
+        wait_for(one_each, "one partition each")
+        c1.close()
+        c2.close()
+    copied = Counter(dict(r.headers)["src"].decode() for r in read_topic(
+        kafka_bootstrap, output, 1))
+    assert copied == Counter(f"{p}/{o}" for p in range(PARTITIONS)
+                             for o in range(PER_PARTITION))
