@@ -298,8 +298,9 @@ class Marshaler:
         offsets, share records released with their delivery counts (so a record that hangs
         every handler reaches the delivery limit), key slots released at their cursors — so
         others take over at once; its late commit or acknowledgement raises
-        :class:`~marshal_py.CommitFailedError`, and its next ``poll()`` or ``next()`` joins
-        again.
+        :class:`~marshal_py.CommitFailedError` (exactly-once: the late batch's ``commit()``
+        returns False, its transaction aborted), and its next ``poll()``, ``next()`` or
+        ``poll_batch()`` joins again.
         ``mode="share"`` joins a **share group** (queue semantics, KIP-932): every member
         consumes every partition, acquiring ``batch_size`` records at a time under locks of
         ``lock_duration`` seconds (1..3600), delivered at most ``delivery_limit`` times (2..10)
