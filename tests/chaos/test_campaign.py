@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from chaos.checker import MODES
-from chaos.runner import FAULT_KINDS, Options, run_campaign, run_line
+from chaos.runner import FAULT_KINDS, TRANSACTIONAL_MODES, Options, run_campaign, run_line
 from marshal_py.devbroker import DevBroker
 
 pytestmark = pytest.mark.integration
@@ -43,7 +43,13 @@ def test_a_short_campaign_violates_no_guarantee(broker: DevBroker, mode: str,
     result = outcome.result
     assert result.ok, run_line(outcome, 1)
     assert dict(result.faults) == {"kill": 1, "stop": 1, "broker": 1}
-    assert result.records == RECORDS
+    if mode in TRANSACTIONAL_MODES:
+        # A transaction whose commit the broker's restart left unanswered is sent again
+        # (chaos/producer.py): the topic may hold a committed copy of it, and the checker
+        # takes the topic's committed records as the truth.
+        assert result.records >= RECORDS
+    else:
+        assert result.records == RECORDS
     assert result.handed_out >= (RECORDS if mode != "amo" else RECORDS - 200)
     if mode in ("alo", "key-shared", "share", "eos"):
         assert result.lost == 0
