@@ -77,7 +77,7 @@ from marshal_py.world.verdicts import (
 
 if TYPE_CHECKING:
     from marshal_py.protocol.records import CoordinationRecord
-    from marshal_py.world.rationalizer import RationalizerConfig
+    from marshal_py.world.rationalizer_config import RationalizerConfig
 
 _DECODE_CODES = {
     DecodeErrorKind.MALFORMED: MALFORMED,

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from marshal_py.world.checkpoint import ClaimState
 from marshal_py.world.claim_index import ClaimIndex
 from marshal_py.world.lifecycle import GroupLife
+from marshal_py.world.macs import mac_keys
 from marshal_py.world.sequences import PairSequences
-from marshal_py.world.signed_path import mac_keys
 
 if TYPE_CHECKING:
     from marshal_py.protocol.auth import GroupKey

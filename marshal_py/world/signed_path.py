@@ -17,18 +17,48 @@ The one refusal it gives itself is the replay guard's, exactly as the general pa
 from __future__ import annotations
 
 import binascii
-import hashlib
 import hmac
-from typing import TYPE_CHECKING
+from collections import Counter
+from typing import TYPE_CHECKING, Protocol
 
 from marshal_py.protocol.auth import MAC_CHARS
 from marshal_py.protocol.messages import MAX_ANNOUNCED_INTERVAL_MS
+from marshal_py.world.macs import Macs
 from marshal_py.world.sequences import PairSequences, sequence_refusal
 from marshal_py.world.verdicts import HEARTBEAT, NOT_OWNER, REJECTED
 
 if TYPE_CHECKING:
-    from marshal_py.world.engine import Core
-    from marshal_py.world.pairs import Route
+    from marshal_py.world.lifecycle import GroupLife
+    from marshal_py.world.pairs import Pair, Route
+    from marshal_py.world.rationalizer_config import RationalizerConfig
+    from marshal_py.world.state import Owner
+
+
+class SignedCore(Protocol):
+    """What this path reads and changes of the record loop's state: the part of
+    :class:`marshal_py.world.engine.Core` it shares (named here, so that this module does not
+    import the loop that calls it)."""
+
+    config: RationalizerConfig
+    rejected: Counter[str]
+    signed_groups: set[str]
+    _signed_sent: tuple[bytes, int]
+    _routes: dict[bytes, Route]
+    _member_routes: dict[bytes, Route]
+    _detail: str
+
+    def _route_of(self, key: bytes, with_partition: bool) -> Route | None: ...
+
+    def _life(self, pair: Pair, ts: int) -> GroupLife: ...
+
+    def _membership(self, life: GroupLife, sender: Owner, ts: int, active: bool,
+                    capacity: int, interval_ms: int) -> int: ...
+
+    def _claim(self, route: Route, life: GroupLife, ts: int) -> int: ...
+
+    def _release(self, route: Route, ts: int, offset: int) -> int: ...
+
+    def _messages(self, route: Route, proposed_last_offset: int) -> int: ...
 
 #: base64 -> base64url.
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
@@ -72,30 +102,6 @@ def member_fields(version: bytes, rest: bytes) -> tuple[bytes, bool, int, int] |
     return fields[0], active == b"1", cap, interval
 
 
-#: Key id bytes -> for each of its secrets, the HMAC's inner and outer SHA-256 states, the
-#: inner one already fed the version 3 MAC input's fixed start.
-Macs = dict[bytes, list[tuple["hashlib._Hash", "hashlib._Hash"]]]
-_BLOCK = 64  # SHA-256's block size
-
-
-def mac_keys(keys: tuple[tuple[str, bytes], ...]) -> Macs:
-    """(key id, secret) pairs -> the keyed HMAC-SHA256 states (RFC 2104) of each key id.
-
-    Copying two keyed hash states per record costs about half of what keying an HMAC (or
-    copying a :class:`hmac.HMAC`) does; the MAC is the same."""
-    table: Macs = {}
-    for key_id, secret in keys:
-        raw_id = key_id.encode("utf-8")
-        if len(secret) > _BLOCK:
-            secret = hashlib.sha256(secret).digest()
-        padded = secret.ljust(_BLOCK, b"\0")
-        inner = hashlib.sha256(bytes(b ^ 0x36 for b in padded))
-        inner.update(b"marshal-signed-v3\n" + raw_id + b"\n")
-        outer = hashlib.sha256(bytes(b ^ 0x5C for b in padded))
-        table.setdefault(raw_id, []).append((inner, outer))
-    return table
-
-
 def _authentic(macs: Macs, raw_id: bytes, raw_seq: bytes, raw_mac: bytes, body: bytes) -> bool:
     for keyed_inner, keyed_outer in macs.get(raw_id, ()):
         inner = keyed_inner.copy()
@@ -109,7 +115,8 @@ def _authentic(macs: Macs, raw_id: bytes, raw_seq: bytes, raw_mac: bytes, body: 
     return False
 
 
-def apply_signed(core: Core, raw_id: bytes, rest: bytes, p: int, pos: int, ts: int) -> int:
+def apply_signed(core: SignedCore, raw_id: bytes, rest: bytes, p: int, pos: int, ts: int
+                 ) -> int:
     """Apply a ``Signed/3/<raw_id>/<rest>`` record read at position ``pos`` of coordination
     partition ``p`` at broker time ``ts``: its verdict code, or -1 (nothing changed) when the
     general path must read it."""

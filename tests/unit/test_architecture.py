@@ -40,10 +40,7 @@ LAYERS = {
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 #: Circles of modules that exist today.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    frozenset({"world.engine", "world.exclusive", "world.modes", "world.pairs",
-               "world.rationalizer", "world.signed_path"}),
-}
+KNOWN_CYCLES: set[frozenset[str]] = set()
 
 
 #: The longest a module may be, in lines (ARCHITECTURE.md: small modules, ~400 lines).

@@ -6,7 +6,8 @@ import pytest
 
 from marshal_py.protocol import GroupKey, Heartbeat, encode, sign
 from marshal_py.protocol.auth import split_signed, verify
-from marshal_py.world.signed_path import _authentic, mac_keys
+from marshal_py.world.macs import mac_keys
+from marshal_py.world.signed_path import _authentic
 
 
 @pytest.mark.parametrize("secret_bytes", [16, 63, 64, 65, 200])
