@@ -287,8 +287,18 @@ def test_records_of_a_killed_member_are_redelivered_after_its_lock_elapses(
     # starts i batches past it), so that they exist.
     victim = start(cluster, ["killed"], share_args(batch_size=300))[0]
     cluster.produce(1000)
-    wait_for(lambda: victim.lines(), 30, "the victim's first printed record",
-             interval=0.01, describe=victim.stderr_text)
+
+    def victim_holds() -> bool:
+        share = watcher.share()
+        return sum(1 for r in share.in_flight(now_ms()) if r.state is RecordState.ACQUIRED
+                   and r.holder == victim.owner) >= 50
+
+    # Killed as soon as the log shows it holding a batch: its acceptance comes only after it
+    # fetched and printed the batch and polled again. (Waiting for its first printed line
+    # instead lost that race on a quiet machine: the whole batch was printed and accepted
+    # before the test saw the line, and the victim held nothing.)
+    wait_for(victim_holds, 30, "the victim's first acquisition", interval=0.001,
+             describe=victim.stderr_text)
     killed_at_ms = now_ms()
     victim.kill()
     share = watcher.share()
