@@ -55,7 +55,10 @@ def test_metrics_show_records_delivered_and_claims_held(kafka_bootstrap: str,
             metrics = scrape(server.url)
             committed = [v for (name, _), v in metrics.items()
                          if name == "marshal_committed_offset"]
-            if sorted(committed) == [15, 15]:
+            # The committed offsets are the consumer's as soon as it commits; the heartbeat
+            # that carries them comes at its interval: await both.
+            if sorted(committed) == [15, 15] \
+                    and metrics.get(("marshal_heartbeats_written_total", g), 0) >= 1:
                 return metrics
             return None
 
@@ -65,7 +68,8 @@ def test_metrics_show_records_delivered_and_claims_held(kafka_bootstrap: str,
             metrics = settled()
             if metrics is None:
                 time.sleep(0.1)
-        assert metrics is not None, "the committed offsets never reached 15 and 15"
+        assert metrics is not None, \
+            "the committed offsets never reached 15 and 15 (or no heartbeat was written)"
         assert metrics[("marshal_records_delivered_total", g)] == 30
         claims = {dict(labels)["partition"] for (name, labels), v in metrics.items()
                   if name == "marshal_claims_held" and v == 1}
