@@ -174,9 +174,18 @@ class SourceOptions:
         return 3 * self.heartbeat_interval_s + 5
 
 
+#: Other spellings of options, in Spark's camelCase (lowercased) -> the option's name.
+ALIASES = {"authkeys": "auth.keys"}
+
+
 def parse_options(raw: Mapping[str, str]) -> SourceOptions:
-    """Validate Spark's option map (keys are case-insensitive there: we compare lowercased)."""
-    given = {k.lower(): (k, str(v)) for k, v in raw.items()}
+    """Validate Spark's option map (keys are case-insensitive there: we compare lowercased;
+    :data:`ALIASES` name the same option another way)."""
+    given = {ALIASES.get(k.lower(), k.lower()): (k, str(v)) for k, v in raw.items()}
+    if len(given) < len(raw):
+        raise ConfigurationError(
+            "an option of the marshal source is given twice (options are case-insensitive, "
+            "and authKeys is auth.keys): give each once")
     known = {k.lower(): k for k in OPTIONS}
     kafka_config: dict[str, Any] = {}
     for lower, (name, value) in given.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -52,6 +53,7 @@ def test_options_defaults_and_parsing() -> None:
     ({**BASE, "failOnDataLoss": "maybe"}, "true or false"),
     ({**BASE, "start.datetime": "2026-11-22T08:00:00"}, "needs a time zone"),
     ({**BASE, "grup": "x"}, "unknown option 'grup'"),
+    ({**BASE, "authKeys": "/k", "auth.keys": "/k"}, "given twice"),
     ({**BASE, "kafka.no_such_setting": "1"}, "unknown kafka-python setting"),
     ({**BASE, "mode": "share", "max.poll.interval": "0.5"}, "'max.poll.interval' must be >= 1"),
     ({**BASE, "max.poll.interval": "60"}, "'max.poll.interval' applies to mode share only"),
@@ -64,6 +66,16 @@ def test_bad_options_are_refused_with_the_option_named(raw: dict[str, str],
                                                        message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         parse_options(raw)
+
+
+def test_auth_keys_may_be_spelled_auth_keys_in_camel_case(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("g k1 0123456789abcdef0123456789abcdef\n")
+    keys.chmod(0o600)
+    for name in ("authKeys", "auth.keys", "AUTHKEYS"):
+        options = parse_options({**BASE, name: str(keys)})
+        assert options.auth_keys_file == str(keys)
+        assert [k.key_id for k in options.group_keys()] == ["k1"]
 
 
 def test_every_option_is_documented_in_the_spark_guide() -> None:
