@@ -1,0 +1,52 @@
+"""A share member that acquires one batch and then never acknowledges it, for the kill -9
+test: ``python -m tests.integration.share_victim '<settings as JSON>'``.
+
+It joins (printing the same "member C (instance X) of G on T" line to stderr as
+``marshal consume``), polls with explicit acknowledgement until it holds records, prints one
+JSON line per record it holds (``partition``, ``offset``, ``delivery_count``, as
+``marshal consume --print`` does), then "holding N records" on stderr, and blocks until
+killed.
+So what it holds when the test kills it is exactly what it printed: no race with an
+acknowledgement.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+
+from marshal_py import Marshaler
+from marshal_py.client.share_consumer import ShareRecord
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    settings = json.loads(sys.argv[1])
+    with Marshaler(settings["bootstrap"], settings["group"], settings["client"],
+                   settings["hi"], coordination_topic=settings["coordination_topic"]) as m:
+        consumer = m.consumer([settings["topic"]], "share", offset_reset="earliest",
+                              lock_duration=settings["lock_s"],
+                              delivery_limit=settings["delivery_limit"],
+                              batch_size=settings["batch_size"], acknowledgement="explicit")
+        sys.stderr.write(f"marshal consume: member {settings['client']} (instance "
+                         f"{m.instance_id}) of {settings['group']} on {settings['topic']}\n")
+        sys.stderr.flush()
+        records: list[ShareRecord] = []
+        while not records:
+            records = consumer.poll(timeout_s=0.2, max_records=settings["batch_size"])
+        for record in records:
+            sys.stdout.write(json.dumps({"partition": record.partition, "offset": record.offset,
+                                         "delivery_count": record.delivery_count}) + "\n")
+        sys.stdout.flush()
+        sys.stderr.write(f"holding {len(records)} records\n")
+        sys.stderr.flush()
+        threading.Event().wait()  # until kill -9
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
