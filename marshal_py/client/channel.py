@@ -74,7 +74,9 @@ class CoordinationChannel:
         #: Broker time of the newest chunked checkpoint of each of the group's topics (the
         #: rationalizer counts only whole Checkpoint records as checkpoints).
         self._chunked_ms: dict[str, int] = {}
-        rationalizer.observe(self._note_chunk)
+        # Only checkpoint records' outcomes: every other record stays on the rationalizer's
+        # fast path (an observer of every outcome makes it apply record by record).
+        rationalizer.observe(self._note_chunk, (Verdict.CHECKPOINT, Verdict.BEFORE_CHECKPOINT))
 
     @property
     def trusts_index(self) -> bool:
@@ -210,10 +212,11 @@ class CoordinationChannel:
                         self.group, topic, exc)
 
     def _note_chunk(self, outcome: Outcome) -> None:
-        """The last part of a chunked checkpoint of the group counts as a checkpoint."""
+        """The last part of a chunked checkpoint of the group counts as a checkpoint (the
+        rationalizer calls this for checkpoint records only: not rejected, not misplaced)."""
         message = outcome.message
         if (isinstance(message, CheckpointChunk) and message.group_id == self.group
-                and message.part == message.parts - 1 and outcome.verdict is not Verdict.REJECTED):
+                and message.part == message.parts - 1):
             previous = self._chunked_ms.get(message.topic, 0)
             self._chunked_ms[message.topic] = max(previous, outcome.record.timestamp_ms)
 

@@ -50,22 +50,25 @@ Refusal = Callable[[Message, Signature | None, int], str | None]
 
 
 def read_range(log_: CoordinationLog, partition: int, start: int, end: int,
-               fetch_timeout_s: float = 1.0) -> list[CoordinationRecord]:
-    """The records of ``partition`` in [start, end)."""
+               fetch_timeout_s: float = 1.0,
+               keep: Callable[[bytes | None], bool] | None = None) -> list[CoordinationRecord]:
+    """The records of ``partition`` in [start, end) (with ``keep``: those whose value it
+    keeps; the others are read past without becoming records)."""
     out: list[CoordinationRecord] = []
     position = start
     empty = 0
     while position < end:
-        batch = [r for r in log_.fetch({partition: position}, fetch_timeout_s)
-                 if r.partition == partition and position <= r.position < end]
-        if not batch:
+        fetched = log_.fetch_matching({partition: position}, fetch_timeout_s, keep)
+        reached = fetched.reached.get(partition, position)
+        if reached <= position:
             empty += 1
             if empty >= _MAX_EMPTY_FETCHES:
                 break  # positions that never arrive (transaction markers): stop here
             continue
         empty = 0
-        out.extend(batch)
-        position = batch[-1].position + 1
+        out.extend(r for r in fetched.records
+                   if r.partition == partition and position <= r.position < end)
+        position = reached
     return out
 
 
@@ -190,7 +193,8 @@ def newest_checkpoints(log_: CoordinationLog, partition: int, group: str,
     chunk = _FIRST_CHUNK
     while high > floor and wanted - set(found):
         low = max(floor, high - chunk)
-        for record in reversed(read_range(log_, partition, low, high)):
+        for record in reversed(read_range(log_, partition, low, high,
+                                          keep=_may_be_checkpoint)):
             checkpoint = finder.read(record)
             if checkpoint is not None and checkpoint.checkpoint.topic not in found:
                 found[checkpoint.checkpoint.topic] = checkpoint

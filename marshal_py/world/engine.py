@@ -205,9 +205,15 @@ class Core(Modes, ExclusiveRules):
 
     # -- the loop ------------------------------------------------------------------------------
 
-    def _feed(self, records: Iterable[CoordinationRecord], want: bool) -> list[Outcome]:
-        """Apply ``records`` in order; with ``want``, return their outcomes."""
+    def _feed(self, records: Iterable[CoordinationRecord], want: bool,
+              watched: frozenset[int] = frozenset()) -> list[Outcome]:
+        """Apply ``records`` in order; with ``want``, return their outcomes; else those of
+        the records whose verdict code is in ``watched`` (the others cost no object)."""
         outcomes: list[Outcome] = []
+        # Outcomes are made for some records: each needs its own detail and expiry flag.
+        track = want or bool(watched)
+        # Heartbeats applied inline need no outcome (counted in `beats`).
+        quiet_beats = not want and HEARTBEAT not in watched
         next_position = self._next_position
         last_timestamp = self._last_timestamp
         counts = self._counts
@@ -221,7 +227,7 @@ class Core(Modes, ExclusiveRules):
         at_next = at_start = ts = 0
         # Heartbeats applied by the inline path, counted here and added at the end.
         beats = 0
-        self._want_detail = want
+        self._want_detail = track
         try:
             for record in records:
                 p = record.partition
@@ -235,12 +241,12 @@ class Core(Modes, ExclusiveRules):
                 pos = record.position
                 if pos < at_next:
                     counts[DUPLICATE] += 1
-                    if want:
+                    if want or DUPLICATE in watched:
                         outcomes.append(Outcome(record, Verdict.DUPLICATE))
                     continue
                 at_next = pos + 1
                 ts = record.timestamp_ms
-                if want:
+                if track:
                     self._detail = ""
                     self._expired_now = False
                 value = record.value
@@ -292,7 +298,7 @@ class Core(Modes, ExclusiveRules):
                                         life.forget_live_view()
                                 else:
                                     life.seen(sender, ts)
-                                if not want:
+                                if quiet_beats:
                                     beats += 1
                                     continue
                                 code = HEARTBEAT
@@ -324,7 +330,7 @@ class Core(Modes, ExclusiveRules):
                 if code < 0:
                     code = general(value, p, pos, ts)
                 counts[code] += 1
-                if want:
+                if want or code in watched:
                     outcomes.append(Outcome.lazy(record, code, self._detail, self._expired_now))
         finally:
             self._sent_ok = sent_ok

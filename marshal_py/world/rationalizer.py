@@ -30,7 +30,7 @@ from marshal_py.world.rationalizer_config import (
 from marshal_py.world.sequences import PairSequences
 from marshal_py.world.share import InFlightRecord, RecordState, SharePartition
 from marshal_py.world.state import Owner, PartitionClaim, PartitionKey
-from marshal_py.world.verdicts import Outcome, Verdict
+from marshal_py.world.verdicts import CODE, Outcome, Verdict
 
 __all__ = ["DEFAULT_AUTH_MAX_SKEW_MS", "DEFAULT_HEARTBEAT_INTERVAL_MS", "Outcome", "Rationalizer",
            "RationalizerConfig", "Verdict"]
@@ -45,31 +45,64 @@ class Rationalizer(Core):
 
     def __init__(self, config: RationalizerConfig) -> None:
         super().__init__(config)
-        self._observers: list[Callable[[Outcome], None]] = []
+        #: (observer, the verdict codes it wants; None: every record's outcome)
+        self._observers: list[tuple[Callable[[Outcome], None], frozenset[int] | None]] = []
+        #: The codes every observer wants, when each named its verdicts (None otherwise).
+        self._watched: frozenset[int] | None = frozenset()
 
-    def observe(self, observer: Callable[[Outcome], None]) -> None:
-        """Call ``observer`` with the outcome of every record applied from now on."""
-        self._observers.append(observer)
+    def observe(self, observer: Callable[[Outcome], None],
+                verdicts: Iterable[Verdict] | None = None) -> None:
+        """Call ``observer`` with the outcome of every record applied from now on; with
+        ``verdicts``, only of the records given one of them.
+
+        An observer of every outcome makes :meth:`apply_all` apply record by record, with an
+        outcome each; observers that name their verdicts keep it on the fast path (no
+        object for the other records), and are called, in log order, once the records
+        :meth:`apply_all` was given are all applied."""
+        codes = None if verdicts is None else frozenset(CODE[v] for v in verdicts)
+        self._observers.append((observer, codes))
+        self._rewatch()
 
     def unobserve(self, observer: Callable[[Outcome], None]) -> None:
         """Stop calling ``observer`` (registered with :meth:`observe`)."""
-        self._observers.remove(observer)
+        for i, (registered, _) in enumerate(self._observers):
+            if registered == observer:
+                del self._observers[i]
+                self._rewatch()
+                return
+        raise ValueError(f"{observer!r} does not observe this rationalizer")
+
+    def _rewatch(self) -> None:
+        watched: frozenset[int] | None = frozenset()
+        for _, codes in self._observers:
+            watched = None if codes is None or watched is None else watched | codes
+        self._watched = watched
 
     # -- input -----------------------------------------------------------------------------
 
     def apply(self, record: CoordinationRecord) -> Outcome:
         """Apply one record and say what it did. Never raises for bad record content."""
         outcome = self._feed((record,), True)[0]
-        for observer in self._observers:
-            observer(outcome)
+        if self._observers:
+            self._tell(outcome)
         return outcome
+
+    def _tell(self, outcome: Outcome) -> None:
+        code = CODE[outcome.verdict]
+        for observer, codes in self._observers:
+            if codes is None or code in codes:
+                observer(outcome)
 
     def apply_all(self, records: Iterable[CoordinationRecord]) -> None:
         """Apply records in order (the fastest way: no outcome is made unless an observer
         wants it)."""
-        if self._observers:
+        watched = self._watched
+        if watched is None:
             for record in records:
                 self.apply(record)
+        elif watched:
+            for outcome in self._feed(records, False, watched):
+                self._tell(outcome)
         else:
             self._feed(records, False)
 
