@@ -61,6 +61,8 @@ from marshal_py.world.verdicts import (
     CHECKPOINT,
     DUPLICATE,
     HEARTBEAT,
+    KEY_RANGES_HEARTBEAT,
+    KEY_RANGES_IGNORED,
     MALFORMED,
     MISPLACED,
     NOT_OWNER,
@@ -84,6 +86,8 @@ _DECODE_CODES = {
     DecodeErrorKind.UNKNOWN_TYPE: UNKNOWN_TYPE,
     DecodeErrorKind.UNKNOWN_VERSION: UNKNOWN_VERSION,
 }
+#: Verdicts whose detail the rules make only when asked (:attr:`Core._want_detail`).
+_DETAILED = frozenset((KEY_RANGES_HEARTBEAT, KEY_RANGES_IGNORED))
 _INT32_MAX = 2**31 - 1
 #: The route caches are emptied when they grow past this (routes are only a cache).
 _MAX_ROUTES = 200_000
@@ -227,7 +231,8 @@ class Core(Modes, ExclusiveRules):
         at_next = at_start = ts = 0
         # Heartbeats applied by the inline path, counted here and added at the end.
         beats = 0
-        self._want_detail = track
+        # Details that cost work of their own are made only for outcomes that carry them.
+        self._want_detail = want or not _DETAILED.isdisjoint(watched)
         try:
             for record in records:
                 p = record.partition

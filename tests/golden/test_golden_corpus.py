@@ -205,7 +205,8 @@ def test_the_corpus_reaches_every_verdict() -> None:
 #: Verdict sets a filtered observer names in the test below (each also run alone).
 _WATCHED = ((Verdict.CHECKPOINT, Verdict.BEFORE_CHECKPOINT),
             (Verdict.HEARTBEAT, Verdict.DUPLICATE, Verdict.NOT_OWNER),
-            (Verdict.REJECTED, Verdict.MALFORMED, Verdict.CLAIM_WON, Verdict.RECORDS_ACQUIRED))
+            (Verdict.REJECTED, Verdict.MALFORMED, Verdict.CLAIM_WON, Verdict.RECORDS_ACQUIRED),
+            (Verdict.KEY_RANGES_HEARTBEAT, Verdict.KEY_RANGES_IGNORED))
 
 
 @pytest.mark.parametrize("seed", range(min(LOGS, 8)))
@@ -213,25 +214,32 @@ def test_observers_of_some_verdicts_see_what_record_by_record_application_gives(
         seed: int) -> None:
     """``apply_all`` with observers that name their verdicts (the fast path, outcomes made
     only for those) gives each observer exactly the outcomes, in order, that applying record
-    by record gives with those verdicts, and leaves the same state and counters."""
+    by record gives with those verdicts, and leaves the same state and counters: each set of
+    verdicts observed alone, and all of them together."""
     log = golden_log(seed, RECORDS)
     cps = log.settings.coordination_partitions
     one_by_one = _readers(log.settings)[0]
     every: list[Any] = []
     one_by_one.observe(every.append)
-    batched = _readers(log.settings)[0]
-    seen: list[list[Any]] = [[] for _ in _WATCHED]
-    for verdicts, sink in zip(_WATCHED, seen, strict=True):
-        batched.observe(sink.append, verdicts)
+    together = _readers(log.settings)[0]
+    readers: list[tuple[Rationalizer, tuple[Verdict, ...], list[Any]]] = []
+    for verdicts in _WATCHED:
+        alone = _readers(log.settings)[0]
+        seen_alone: list[Any] = []
+        seen_together: list[Any] = []
+        alone.observe(seen_alone.append, verdicts)
+        together.observe(seen_together.append, verdicts)
+        readers += [(alone, verdicts, seen_alone), (together, verdicts, seen_together)]
     records = log.records
     for start in range(0, len(records), 97):  # batches of a fetch's size, as members apply
         chunk = records[start:start + 97]
         one_by_one.apply_all(chunk)
-        batched.apply_all(chunk)
-    for verdicts, sink in zip(_WATCHED, seen, strict=True):
-        wanted = [views.outcome(o, encode) for o in every if o.verdict in verdicts]
-        assert [views.outcome(o, encode) for o in sink] == wanted, verdicts
-    assert batched.counters == one_by_one.counters
-    assert views.snapshots(batched) == views.snapshots(one_by_one)
+        for reader in {id(r): r for r, _, _ in readers}.values():
+            reader.apply_all(chunk)
     end = records[-1].timestamp_ms
-    assert views.global_view(batched, end, cps) == views.global_view(one_by_one, end, cps)
+    for reader, verdicts, seen in readers:
+        wanted = [views.outcome(o, encode) for o in every if o.verdict in verdicts]
+        assert [views.outcome(o, encode) for o in seen] == wanted, verdicts
+        assert reader.counters == one_by_one.counters
+        assert views.snapshots(reader) == views.snapshots(one_by_one)
+        assert views.global_view(reader, end, cps) == views.global_view(one_by_one, end, cps)
