@@ -1,8 +1,9 @@
 """A real single-node Apache Kafka broker (KRaft mode) that the project starts by itself.
 
 :class:`DevBroker` resolves the broker jars (see :mod:`marshal_py.devbroker.jars`), writes a
-``server.properties`` into its data directory, formats the storage once, launches the JVM and
-waits until the broker answers a DescribeCluster request.
+``server.properties`` into its data directory, formats the storage once (both in
+:mod:`marshal_py.devbroker.broker_config`), launches the JVM and waits until the broker
+answers a DescribeCluster request (:mod:`marshal_py.devbroker.broker_process`).
 
 No JVM outlives its Python parent: the JVM runs in its own session with a Linux parent-death
 signal (SIGKILL), and every started broker is stopped by an ``atexit`` hook. The parent-death
@@ -13,15 +14,11 @@ from a thread that lives as long as the broker (the main thread, typically).
 from __future__ import annotations
 
 import atexit
-import base64
 import contextlib
-import errno
 import logging
-import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -29,105 +26,25 @@ from pathlib import Path
 from types import TracebackType
 
 from marshal_py.devbroker import jvm
-from marshal_py.devbroker.broker_log import read_log_tail, startup_failure
-from marshal_py.devbroker.jars import KAFKA_VERSION, pinned_kafka_version, resolve_kafka_jars
-from marshal_py.devbroker.jvm import die_with_parent, free_port
-from marshal_py.devbroker.storage import (
-    check_formatted_by,
-    format_storage,
-    is_formatted,
-    series,
+from marshal_py.devbroker.broker_config import HOST as HOST
+from marshal_py.devbroker.broker_config import (
+    BrokerConfiguration,
+    check_port_free,
+    port_is_free,
 )
+from marshal_py.devbroker.broker_config import new_cluster_id as new_cluster_id
+from marshal_py.devbroker.broker_log import read_log_tail, startup_failure
+from marshal_py.devbroker.broker_process import describe_cluster, kill_jvm, launch_jvm
+from marshal_py.devbroker.jars import KAFKA_VERSION, pinned_kafka_version, resolve_kafka_jars
+from marshal_py.devbroker.jvm import free_port
 from marshal_py.errors import DevBrokerError
 
 log = logging.getLogger(__name__)
-
-HOST = jvm.LOOPBACK
-"""The only interface the development broker listens on."""
-
-
-_SERVER_PROPERTIES = """\
-# Written by marshal_py.devbroker on every start; edits are overwritten.
-process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@{host}:{controller_port}
-listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}
-advertised.listeners=PLAINTEXT://{host}:{port}
-controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
-log.dirs={log_dirs}
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-group.initial.rebalance.delay.ms=0
-auto.create.topics.enable=false
-log.cleaner.backoff.ms=1000
-"""
-
-_SHARE_COORDINATOR_PROPERTIES = """\
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-"""
-"""Kafka 4's share coordinator (KIP-932, native share groups); 3.x has none."""
-
-_LOG4J2_PROPERTIES = """\
-# Written by marshal_py.devbroker: the broker logs INFO and above to stdout (broker.log).
-status = warn
-appender.stdout.type = Console
-appender.stdout.name = STDOUT
-appender.stdout.layout.type = PatternLayout
-appender.stdout.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.stdout.ref = STDOUT
-logger.request.name = kafka.request.logger
-logger.request.level = WARN
-"""
-
 
 def find_java(kafka_version: str = KAFKA_VERSION) -> tuple[str, int]:
     """The ``java`` to run the broker with and its major version (see
     :func:`marshal_py.devbroker.jvm.find_java`); raises :class:`DevBrokerError`."""
     return jvm.find_java(f"the Kafka {kafka_version} broker", DevBrokerError)
-
-
-def new_cluster_id() -> str:
-    """Return a fresh KRaft cluster id (base64url of 16 random bytes, without padding).
-
-    Never starting with ``-``: the storage tool would read such an id as an option (Kafka's
-    own id generator avoids it the same way)."""
-    while True:
-        cluster_id = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode("ascii")
-        if not cluster_id.startswith("-"):
-            return cluster_id
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # The JVM binds with SO_REUSEADDR too, so TIME_WAIT leftovers do not count as busy.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError as exc:
-            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                return False
-            raise
-    return True
-
-
-def _check_port_free(port: int, what: str) -> None:
-    """Raise DevBrokerError when ``port`` on 127.0.0.1 cannot be bound."""
-    try:
-        free = _port_is_free(port)
-    except OSError as exc:
-        raise DevBrokerError(
-            f"cannot bind {what} {HOST}:{port} ({exc}); choose another port"
-        ) from exc
-    if not free:
-        raise DevBrokerError(
-            f"{what} {HOST}:{port} is already in use: stop whatever listens there "
-            f"(see `ss -ltnp 'sport = :{port}'`) or choose another port"
-        )
 
 
 def await_ready(brokers: list[DevBroker], deadline: float, timeout: float) -> None:
@@ -144,7 +61,7 @@ def await_ready(brokers: list[DevBroker], deadline: float, timeout: float) -> No
         pending[0]._wait_for_exit(min(0.25, remaining))
 
 
-class DevBroker:
+class DevBroker(BrokerConfiguration):
     """A single-node Kafka broker for development and tests, listening on 127.0.0.1.
 
     Use as a context manager (``with DevBroker() as broker: ...``) or call :meth:`start` and
@@ -273,8 +190,8 @@ class DevBroker:
         log.debug("using %s (Java %d)", java, major)
         lib = resolve_kafka_jars(self.cache_dir, version=self.kafka_version)
 
-        _check_port_free(self.port, self._port_label)
-        if self.controller_port is None or not _port_is_free(self.controller_port):
+        check_port_free(self.port, self._port_label)
+        if self.controller_port is None or not port_is_free(self.controller_port):
             # A restart keeps the controller port when it can (the quorum's address).
             self.controller_port = free_port(exclude=frozenset({self.port}))
 
@@ -384,56 +301,6 @@ class DevBroker:
     def _pid_path(self) -> Path:
         return self.data_dir / "broker.pid"
 
-    @property
-    def _kafka_log_dir(self) -> Path:
-        return self.data_dir / "logs"
-
-    def _server_properties(self) -> str:
-        """The broker's ``server.properties`` (subclasses may extend or replace it)."""
-        assert self.controller_port is not None
-        text = _SERVER_PROPERTIES.format(
-            host=HOST,
-            port=self.port,
-            controller_port=self.controller_port,
-            log_dirs=self._kafka_log_dir,
-        )
-        if series(self.kafka_version) >= (4,):
-            text += _SHARE_COORDINATOR_PROPERTIES
-        return text
-
-    def client_config(self) -> dict[str, object]:
-        """kafka-python settings a client needs to talk to this broker (beyond
-        ``bootstrap_servers``); empty for the plain broker, security settings for a secured
-        one."""
-        return {}
-
-    def _write_config(self) -> Path:
-        properties = self.data_dir / "server.properties"
-        properties.write_text(self._server_properties(), encoding="utf-8")
-        (self.data_dir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES, encoding="utf-8")
-        return properties
-
-    def _format_if_needed(self, java: str, lib: Path, properties: Path) -> None:
-        if is_formatted(self._kafka_log_dir):
-            log.debug("%s is already formatted", self._kafka_log_dir)
-            check_formatted_by(self.data_dir, self.kafka_version)
-            return
-        format_storage([java, *self._jvm_options(), "-cp", f"{lib}/*"],
-                       cluster_id=self.cluster_id or new_cluster_id(), properties=properties,
-                       data_dir=self.data_dir, kafka_log_dir=self._kafka_log_dir,
-                       kafka_version=self.kafka_version, extra_args=self._format_extra_args())
-
-    def _format_extra_args(self) -> list[str]:
-        """More arguments of ``kafka.tools.StorageTool format`` (subclasses: e.g. SCRAM users
-        with ``--add-scram``); none for the plain broker."""
-        return []
-
-    def _jvm_options(self) -> list[str]:
-        return [
-            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
-            "-Djava.awt.headless=true",
-        ]
-
     def _launch(self, java: str, lib: Path, properties: Path) -> None:
         command = [
             java,
@@ -445,28 +312,10 @@ class DevBroker:
             "kafka.Kafka",
             str(properties),
         ]
-        if self.log_path.exists():
-            with contextlib.suppress(OSError):
-                os.replace(self.log_path, self.log_path.with_name("broker.log.1"))
         log.info("starting %s on %s (Kafka %s)", self.name, self.bootstrap_servers,
                  self.kafka_version)
         log.debug("running %s", " ".join(command))
-        try:
-            # The child keeps its own descriptor of the log; the parent's closes right away.
-            with open(self.log_path, "wb") as log_file:
-                self._proc = subprocess.Popen(
-                    command,
-                    cwd=self.data_dir,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=die_with_parent(os.getpid()),
-                )
-        except OSError as exc:
-            raise DevBrokerError(
-                f"cannot launch the Kafka broker with {java} ({exc}); check the Java installation"
-            ) from exc
+        self._proc = launch_jvm(command, self.log_path, self.data_dir)
         if not self._atexit_registered:
             atexit.register(self.stop)
             self._atexit_registered = True
@@ -509,35 +358,8 @@ class DevBroker:
 
     def _describe_cluster(self) -> dict[str, object] | None:
         """This broker's DescribeCluster answer, or None while it does not give one."""
-        try:
-            with socket.create_connection((HOST, self.port), timeout=1.0):
-                pass
-        except OSError:
-            return None
-        from kafka import KafkaAdminClient
-
-        try:
-            admin = KafkaAdminClient(
-                bootstrap_servers=self.bootstrap_servers,
-                client_id="marshal-devbroker-probe",
-                **self.client_config(),
-                # A broker opens its client port only once it can serve, so it answers at once;
-                # short timeouts keep a silent listener from delaying the fail-fast checks.
-                request_timeout_ms=2000,
-                bootstrap_timeout_ms=1000,
-            )
-        except Exception as exc:
-            log.debug("%s not ready yet: %s", self.name, exc)
-            return None
-        try:
-            cluster = admin.describe_cluster()
-        except Exception as exc:
-            log.debug("%s not ready yet: %s", self.name, exc)
-            return None
-        finally:
-            with contextlib.suppress(Exception):
-                admin.close()
-        return cluster if isinstance(cluster, dict) else None
+        return describe_cluster(self.name, self.bootstrap_servers, self.port,
+                                self.client_config)
 
     def _startup_failure(self, returncode: int) -> DevBrokerError:
         text = read_log_tail(self.log_path)
@@ -546,14 +368,8 @@ class DevBroker:
                                controller_port=self.controller_port, log_path=self.log_path)
 
     def _kill(self) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=30)
+        if self._proc is not None:
+            kill_jvm(self._proc)
 
     def _reap(self) -> None:
         """Forget the JVM: make sure it is dead and reaped, drop the pid file and atexit hook."""

@@ -17,18 +17,17 @@ whose worker died exits by itself (Spark's worker watcher), and its PySpark daem
 executor's end of its stdin closes. The parent-death signal fires when
 the *thread* that started the cluster exits, so call :meth:`StandaloneCluster.start` from a
 thread that lives as long as the cluster (the main thread, typically).
+
+The daemons' settings, command lines and processes are handled in
+:mod:`marshal_py.spark.cluster_processes`.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
 import logging
-import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -41,39 +40,25 @@ from typing import Any
 
 from marshal_py.devbroker.jvm import free_port
 from marshal_py.spark.cluster_log import PortInUseError, SparkClusterError, startup_failure
-from marshal_py.spark.process_tree import (
-    await_gone,
-    daemon_environment,
-    group_members,
-    kill_tree,
-    launch_daemon,
-    tree,
+from marshal_py.spark.cluster_processes import (
+    DAEMON_JAVA_OPTS,
+    ClusterDaemons,
+    check_settings,
+    master_command,
+    prepare_work_dir,
+    worker_command,
 )
+from marshal_py.spark.cluster_processes import MASTER_CLASS as MASTER_CLASS
+from marshal_py.spark.cluster_processes import WORKER_CLASS as WORKER_CLASS
+from marshal_py.spark.process_tree import daemon_environment, launch_daemon, tree
 from marshal_py.spark.session import LOOPBACK, find_java, spark_home
 
 log = logging.getLogger(__name__)
 
 __all__ = ["SparkClusterError", "StandaloneCluster"]
 
-MASTER_CLASS = "org.apache.spark.deploy.master.Master"
-WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
-
 _POLL_S = 0.2
 _PORT_ATTEMPTS = 3
-_MEMORY_RE = re.compile(r"\d+[kKmMgGtT]?")
-
-# Daemon settings (a properties file rather than spark-defaults.conf, which the user's
-# SPARK_CONF_DIR might also hold): no REST submission server (it would take port 6066), and
-# no port hopping, so a busy port fails the start instead of moving the master elsewhere.
-_DAEMON_PROPERTIES = """\
-# Written by marshal_py.spark.cluster on every start.
-spark.master.rest.enabled false
-spark.port.maxRetries 0
-"""
-
-# Daemons do little work: with the C1 compiler alone and the serial GC they start in about
-# half the time on a busy 2-core machine (13 s instead of 20-28 s for a master and 2 workers).
-_DAEMON_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 class StandaloneCluster:
@@ -112,19 +97,7 @@ class StandaloneCluster:
             python: the Python executors run (``PYSPARK_PYTHON``); :data:`sys.executable`
                 when None.
         """
-        if workers < 1 or cores < 1:
-            raise SparkClusterError(
-                f"a cluster needs at least one worker with one core (got workers={workers}, "
-                f"cores={cores})"
-            )
-        for name, value in (("memory", memory), ("daemon_memory", daemon_memory)):
-            if not _MEMORY_RE.fullmatch(value):
-                raise SparkClusterError(
-                    f"{name} {value!r} is not a memory size; use e.g. '1g' or '512m'"
-                )
-        for name, port in (("master_port", master_port), ("webui_port", webui_port)):
-            if port is not None and not 1 <= port <= 65535:
-                raise SparkClusterError(f"{name} {port} is out of range; choose one in 1..65535")
+        check_settings(workers, cores, memory, daemon_memory, master_port, webui_port)
         self.workers: int = workers
         self.cores: int = cores
         self.memory: str = memory
@@ -143,8 +116,7 @@ class StandaloneCluster:
         self._work_dir: Path | None = (
             None if work_dir is None else Path(work_dir).expanduser().resolve()
         )
-        self._master: subprocess.Popen[bytes] | None = None
-        self._workers: list[subprocess.Popen[bytes]] = []
+        self._daemons = ClusterDaemons()
         self._keep_for_inspection = False
         self._atexit_registered = False
 
@@ -179,12 +151,13 @@ class StandaloneCluster:
     @property
     def master_pid(self) -> int | None:
         """The master JVM's process id while started, else None."""
-        return self._master.pid if self._master is not None else None
+        master = self._daemons.master
+        return master.pid if master is not None else None
 
     @property
     def worker_pids(self) -> list[int]:
         """The worker JVMs' process ids (empty before :meth:`start`)."""
-        return [proc.pid for proc in self._workers]
+        return [proc.pid for proc in self._daemons.workers]
 
     def process_ids(self) -> set[int]:
         """Every live process of the cluster: daemons, executors and executors' Python workers.
@@ -193,12 +166,11 @@ class StandaloneCluster:
         PySpark daemons that executors fork lead process groups of their own), zombies
         excluded; elsewhere the live daemons only.
         """
-        return set(tree(self._groups()))
+        return set(tree(self._daemons.groups()))
 
     def is_running(self) -> bool:
         """True while the master and every worker launched by :meth:`start` are alive."""
-        procs = [self._master, *self._workers]
-        return self._master is not None and all(p is not None and p.poll() is None for p in procs)
+        return self._daemons.is_running()
 
     def status(self, timeout: float = 5.0) -> dict[str, Any]:
         """The master's JSON description of the cluster (workers, applications, state).
@@ -236,22 +208,14 @@ class StandaloneCluster:
         """
         if self.is_running():
             return self
-        if self._master is not None:  # something died since the last start: clean up first
+        if self._daemons.master is not None:  # something died since the last start: clean up
             self._kill_all()
         deadline = time.monotonic() + timeout
         self._keep_for_inspection = False
         home = spark_home()
         java, major = find_java()
         log.debug("using %s (Java %d), SPARK_HOME %s", java, major, home)
-        try:
-            self.work_dir.mkdir(parents=True, exist_ok=True)
-            properties = self.work_dir / "spark-daemon.properties"
-            properties.write_text(_DAEMON_PROPERTIES, encoding="utf-8")
-            (self.work_dir / "conf").mkdir(exist_ok=True)
-        except OSError as exc:
-            raise SparkClusterError(
-                f"cannot prepare {self.work_dir} ({exc}); choose a writable work directory"
-            ) from exc
+        properties = prepare_work_dir(self.work_dir)
         env = self._environment(home)
         spark_class = str(home / "bin" / "spark-class")
         try:
@@ -259,31 +223,10 @@ class StandaloneCluster:
             for index in range(self.workers):
                 worker_dir = self.work_dir / f"worker-{index}"
                 worker_dir.mkdir(exist_ok=True)
-                self._workers.append(
-                    self._launch(
-                        [
-                            spark_class,
-                            WORKER_CLASS,
-                            self.master_url,
-                            "--host",
-                            LOOPBACK,
-                            "--port",
-                            "0",
-                            "--webui-port",
-                            "0",
-                            "--cores",
-                            str(self.cores),
-                            "--memory",
-                            self.memory,
-                            "--work-dir",
-                            str(worker_dir),
-                            "--properties-file",
-                            str(properties),
-                        ],
-                        self.worker_log(index),
-                        env,
-                    )
-                )
+                self._daemons.workers.append(self._launch(
+                    worker_command(spark_class, self.master_url, self.cores, self.memory,
+                                   worker_dir, properties),
+                    self.worker_log(index), env))
             self._await(
                 lambda state: _alive_workers(state) >= self.workers,
                 deadline,
@@ -312,22 +255,9 @@ class StandaloneCluster:
     ) -> None:
         """Launch the master and wait until it is ALIVE, picking new ports if ours were taken."""
         for attempt in range(1, _PORT_ATTEMPTS + 1):
-            self._master = self._launch(
-                [
-                    spark_class,
-                    MASTER_CLASS,
-                    "--host",
-                    LOOPBACK,
-                    "--port",
-                    str(self.master_port),
-                    "--webui-port",
-                    str(self.webui_port),
-                    "--properties-file",
-                    str(properties),
-                ],
-                self.master_log,
-                env,
-            )
+            self._daemons.master = self._launch(
+                master_command(spark_class, self.master_port, self.webui_port, properties),
+                self.master_log, env)
             try:
                 self._await(
                     lambda state: state.get("status") == "ALIVE", deadline, timeout, "ALIVE"
@@ -352,8 +282,7 @@ class StandaloneCluster:
         failed (it keeps the logs). Calling it again, or on a cluster that never started, does
         nothing harmful.
         """
-        procs = [p for p in (*self._workers, self._master) if p is not None]
-        dead = [p for p in procs if p.poll() is not None]
+        dead = [p for p in self._daemons.all() if p.poll() is not None]
         if dead:
             log.warning(
                 "Spark daemon(s) %s had exited by themselves; logs in %s",
@@ -361,17 +290,14 @@ class StandaloneCluster:
                 self.work_dir,
             )
             self._keep_for_inspection = True
-        groups = self._groups()
+        groups = self._daemons.groups()
         if groups:
             log.info("stopping the Spark cluster at %s", self.master_url)
         # Executors and the Python daemons they fork go when their worker goes (Spark's worker
         # watcher, stdin closing), but a SIGTERM to the whole group is quicker and surer.
         tracked = tree(groups)
-        for pgid in groups:
-            if group_members(pgid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pgid, signal.SIGTERM)
-        if not self._await_gone(tracked, time.monotonic() + timeout):
+        self._daemons.terminate()
+        if not self._daemons.await_gone(tracked, time.monotonic() + timeout):
             log.warning(
                 "Spark cluster processes ignored SIGTERM for %.0f s; killing them", timeout
             )
@@ -402,7 +328,7 @@ class StandaloneCluster:
 
     def _environment(self, home: Path) -> dict[str, str]:
         return daemon_environment(home, self.work_dir, self.daemon_memory, self.python,
-                                  _DAEMON_JAVA_OPTS)
+                                  DAEMON_JAVA_OPTS)
 
     def _launch(
         self, command: list[str], log_path: Path, env: dict[str, str]
@@ -420,7 +346,7 @@ class StandaloneCluster:
         url = self.webui_url + "/json/"
         last_state: dict[str, Any] = {}
         while True:
-            self._check_alive()
+            self._daemons.check_alive(self._startup_failure, self.master_log, self.worker_log)
             try:
                 last_state = _get_json(url, timeout=1.0)
             except (OSError, ValueError) as exc:
@@ -437,36 +363,11 @@ class StandaloneCluster:
                     f"{self.workers} workers ALIVE); see the logs in {self.work_dir} or start it "
                     "with a longer timeout"
                 )
-            master = self._master
-            assert master is not None
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                master.wait(timeout=min(_POLL_S, remaining))  # returns at once if it exits
-
-    def _check_alive(self) -> None:
-        master = self._master
-        assert master is not None
-        if master.poll() is not None:
-            raise self._startup_failure("master", master.returncode, self.master_log)
-        for index, worker in enumerate(self._workers):
-            if worker.poll() is not None:
-                raise self._startup_failure(
-                    f"worker {index}", worker.returncode, self.worker_log(index)
-                )
+            self._daemons.wait_for_master(min(_POLL_S, remaining))  # at once if it exits
 
     def _startup_failure(self, who: str, returncode: int, log_path: Path) -> SparkClusterError:
         return startup_failure(who, returncode, log_path, master_port=self.master_port,
                                webui_port=self.webui_port)
-
-    def _groups(self) -> list[int]:
-        """The process groups of the daemons (each daemon leads its own)."""
-        return [p.pid for p in (*self._workers, self._master) if p is not None]
-
-    def _daemons(self) -> list[subprocess.Popen[bytes]]:
-        return [p for p in (*self._workers, self._master) if p is not None]
-
-    def _await_gone(self, tracked: dict[int, int], deadline: float) -> bool:
-        """Wait until no process of the cluster is left; False at the deadline."""
-        return await_gone(self._daemons(), self._groups(), tracked, deadline)
 
     def _kill_all(self, tracked: dict[int, int] | None = None) -> None:
         """SIGKILL every process of the cluster, wait until they are gone, forget them.
@@ -474,13 +375,7 @@ class StandaloneCluster:
         ``tracked`` (pid to start time) adds processes known earlier, which may have left the
         daemons' process tree since (a Python daemon whose executor died).
         """
-        kill_tree(self._daemons(), self._groups(), tracked or {})
-        for proc in (*self._workers, self._master):
-            if proc is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=5)
-        self._master = None
-        self._workers = []
+        self._daemons.kill_all(tracked or {})
         if self._atexit_registered:
             atexit.unregister(self.stop)
             self._atexit_registered = False

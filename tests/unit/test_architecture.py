@@ -49,8 +49,6 @@ MAX_MODULE_LINES = 450
 #: Modules longer than that today (path in the package -> what it holds): to be split.
 KNOWN_LONG: dict[str, str] = {
     "client/marshaler.py": "the Marshaler facade: its member set-up and its consumers' factories",
-    "devbroker/broker.py": "the development broker: its process and its configuration",
-    "spark/cluster.py": "the throwaway standalone cluster: its start, its workers, its stop",
     "world/engine.py": "the rationalizer's record loop: its fast path is one function on purpose",
     "world/share.py": "the share-partition state machine",
 }

@@ -1,0 +1,179 @@
+"""What a development broker is started with: its ports, ``server.properties``,
+``log4j2.properties``, its JVM options and its formatted storage.
+
+:class:`BrokerConfiguration` is the base of :class:`~marshal_py.devbroker.broker.DevBroker`:
+it holds the configuration hooks that subclasses extend (the properties, the format arguments,
+the client settings), while :mod:`marshal_py.devbroker.broker` runs the process.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import logging
+import os
+import socket
+from pathlib import Path
+
+from marshal_py.devbroker import jvm
+from marshal_py.devbroker.storage import (
+    check_formatted_by,
+    format_storage,
+    is_formatted,
+    series,
+)
+from marshal_py.errors import DevBrokerError
+
+log = logging.getLogger(__name__)
+
+HOST = jvm.LOOPBACK
+"""The only interface the development broker listens on."""
+
+
+_SERVER_PROPERTIES = """\
+# Written by marshal_py.devbroker on every start; edits are overwritten.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@{host}:{controller_port}
+listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}
+advertised.listeners=PLAINTEXT://{host}:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs={log_dirs}
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+log.cleaner.backoff.ms=1000
+"""
+
+_SHARE_COORDINATOR_PROPERTIES = """\
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+"""
+"""Kafka 4's share coordinator (KIP-932, native share groups); 3.x has none."""
+
+_LOG4J2_PROPERTIES = """\
+# Written by marshal_py.devbroker: the broker logs INFO and above to stdout (broker.log).
+status = warn
+appender.stdout.type = Console
+appender.stdout.name = STDOUT
+appender.stdout.layout.type = PatternLayout
+appender.stdout.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
+
+
+def new_cluster_id() -> str:
+    """Return a fresh KRaft cluster id (base64url of 16 random bytes, without padding).
+
+    Never starting with ``-``: the storage tool would read such an id as an option (Kafka's
+    own id generator avoids it the same way)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode("ascii")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def port_is_free(port: int) -> bool:
+    """True when ``port`` on 127.0.0.1 can be bound (a TIME_WAIT leftover does not count as
+    busy); raises OSError when binding fails for another reason than the port being taken."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # The JVM binds with SO_REUSEADDR too, so TIME_WAIT leftovers do not count as busy.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise
+    return True
+
+
+def check_port_free(port: int, what: str) -> None:
+    """Raise DevBrokerError when ``port`` on 127.0.0.1 cannot be bound."""
+    try:
+        free = port_is_free(port)
+    except OSError as exc:
+        raise DevBrokerError(
+            f"cannot bind {what} {HOST}:{port} ({exc}); choose another port"
+        ) from exc
+    if not free:
+        raise DevBrokerError(
+            f"{what} {HOST}:{port} is already in use: stop whatever listens there "
+            f"(see `ss -ltnp 'sport = :{port}'`) or choose another port"
+        )
+
+
+class BrokerConfiguration:
+    """The configuration side of a :class:`~marshal_py.devbroker.broker.DevBroker`: the files
+    written into its data directory on every start, its JVM options, the storage format and
+    the settings its clients need. Subclasses extend :meth:`_server_properties`,
+    :meth:`_format_extra_args` and :meth:`client_config` (a secured broker, a cluster node).
+    """
+
+    #: The KRaft data directory and the broker's log (set by the broker's constructor).
+    data_dir: Path
+    #: The client port on 127.0.0.1.
+    port: int
+    #: The controller port on 127.0.0.1 (picked when the broker is prepared).
+    controller_port: int | None
+    #: The Kafka release the broker runs.
+    kafka_version: str
+    #: The KRaft cluster id the storage is formatted with (a new one when None).
+    cluster_id: str | None
+
+    @property
+    def _kafka_log_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    def _server_properties(self) -> str:
+        """The broker's ``server.properties`` (subclasses may extend or replace it)."""
+        assert self.controller_port is not None
+        text = _SERVER_PROPERTIES.format(
+            host=HOST,
+            port=self.port,
+            controller_port=self.controller_port,
+            log_dirs=self._kafka_log_dir,
+        )
+        if series(self.kafka_version) >= (4,):
+            text += _SHARE_COORDINATOR_PROPERTIES
+        return text
+
+    def client_config(self) -> dict[str, object]:
+        """kafka-python settings a client needs to talk to this broker (beyond
+        ``bootstrap_servers``); empty for the plain broker, security settings for a secured
+        one."""
+        return {}
+
+    def _write_config(self) -> Path:
+        properties = self.data_dir / "server.properties"
+        properties.write_text(self._server_properties(), encoding="utf-8")
+        (self.data_dir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES, encoding="utf-8")
+        return properties
+
+    def _format_if_needed(self, java: str, lib: Path, properties: Path) -> None:
+        if is_formatted(self._kafka_log_dir):
+            log.debug("%s is already formatted", self._kafka_log_dir)
+            check_formatted_by(self.data_dir, self.kafka_version)
+            return
+        format_storage([java, *self._jvm_options(), "-cp", f"{lib}/*"],
+                       cluster_id=self.cluster_id or new_cluster_id(), properties=properties,
+                       data_dir=self.data_dir, kafka_log_dir=self._kafka_log_dir,
+                       kafka_version=self.kafka_version, extra_args=self._format_extra_args())
+
+    def _format_extra_args(self) -> list[str]:
+        """More arguments of ``kafka.tools.StorageTool format`` (subclasses: e.g. SCRAM users
+        with ``--add-scram``); none for the plain broker."""
+        return []
+
+    def _jvm_options(self) -> list[str]:
+        return [
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            "-Djava.awt.headless=true",
+        ]
