@@ -10,35 +10,27 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, overload
 
-from marshal_py.client.batch_member import (
-    BatchMember,
-    ExclusiveBatchMember,
-    KeySharedBatchMember,
-    ShareBatchMember,
-)
+from marshal_py.client.batch_member import BatchMember
 from marshal_py.client.channel import DEFAULT_CHECKPOINT_INTERVAL_MS
 from marshal_py.client.clock import BrokerClock
 from marshal_py.client.consumer import Consumer
+from marshal_py.client.consumer_factory import CONSUMER_MODES as CONSUMER_MODES
+from marshal_py.client.consumer_factory import AnyConsumer, ConsumerFactory
+from marshal_py.client.coordination_log import open_coordination_log
 from marshal_py.client.engine_types import Balance, Mode, OffsetReset
 from marshal_py.client.engines import EngineFactory
 from marshal_py.client.eos_consumer import DEFAULT_TRANSACTION_TIMEOUT_MS, ExactlyOnceConsumer
-from marshal_py.client.fetchers import FetcherKind, OpeningFetcher
+from marshal_py.client.fetchers import FetcherKind
 from marshal_py.client.holdings import DEFAULT_AMO_WINDOW_MS, DEFAULT_AMO_WINDOW_RECORDS
 from marshal_py.client.host import MemberHost
 from marshal_py.client.key_shared_consumer import CommitMode, KeySharedConsumer
 from marshal_py.client.member_base import DEFAULT_MAX_POLL_INTERVAL_MS, Compat
-from marshal_py.client.settings import (
-    IsolationLevel,
-    MarshalerConfig,
-    seconds_to_ms,
-)
+from marshal_py.client.settings import IsolationLevel, MarshalerConfig
 from marshal_py.client.share_consumer import AckMode, ShareConsumer
 from marshal_py.client.source import KafkaPartitionSource
-from marshal_py.client.transactions import KafkaFencing
 from marshal_py.errors import ConfigurationError
 from marshal_py.identity import new_instance_id
-from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC, KafkaLog, KafkaLogConfig
-from marshal_py.log.kafka_identity import IDENTITY_CHECK_S
+from marshal_py.log.kafka import DEFAULT_COORDINATION_TOPIC
 from marshal_py.protocol.auth import GroupKey
 from marshal_py.protocol.messages import (
     DEFAULT_DELIVERY_LIMIT,
@@ -55,9 +47,6 @@ from marshal_py.world import (
 )
 
 log = logging.getLogger(__name__)
-
-#: The consumption modes :meth:`Marshaler.consumer` knows.
-CONSUMER_MODES = ("alo", "amo", "eos", "share", "key-shared")
 
 
 def default_client_id() -> str:
@@ -129,20 +118,10 @@ class Marshaler:
         self.group_id = group_id
         self.client_id = self.config.client_id
         self.instance_id = new_instance_id()
-        self._log_config = KafkaLogConfig(
-            bootstrap_servers=bootstrap_servers,
-            topic=coordination_topic,
-            timeout_s=timeout,
-            kafka_config=dict(kafka_config or {}),
-            # load_properties' result names its file: error messages point at it
-            config_source=getattr(kafka_config, "source", None),
-            index_topic=index_topic,
-        )
-        self._log = KafkaLog(self._log_config)
-        if compat is not None:
-            self._check_original_placement(compat)
-        # A deleted (or replaced) coordination topic is noticed within one heartbeat interval.
-        self._log.identity_check_s = max(0.25, min(IDENTITY_CHECK_S, self.heartbeat_interval / 2))
+        self._log_config, self._log = open_coordination_log(
+            self.config, bootstrap_servers=bootstrap_servers,
+            coordination_topic=coordination_topic, timeout=timeout,
+            kafka_config=kafka_config, index_topic=index_topic)
         self._lock = threading.RLock()
         self._host = MemberHost(self._lock, self._member_closed)
         keys = self.config.auth_keys
@@ -162,21 +141,10 @@ class Marshaler:
         self._engines = EngineFactory(self.config, group_id, self.client_id, self.instance_id,
                                       self._log, self._log_config, self.rationalizer,
                                       self.clock, self._lock)
-        self._consumer: Consumer | ShareConsumer | KeySharedConsumer | BatchMember | None = None
+        self._factory = ConsumerFactory(self._engines, self._host)
+        self._consumer: AnyConsumer | BatchMember | None = None
         self._source: KafkaPartitionSource | None = None
         self._closed = False
-
-    def _check_original_placement(self, compat: str) -> None:
-        """Compatibility mode: the original places by the coordination topic's partition count
-        in its metadata, we by its layout (PROTOCOL.md 3); they must be equal."""
-        layout, metadata = self._log.partition_count(), self._log.metadata_partition_count
-        if layout != metadata:
-            self._log.close()
-            raise ConfigurationError(
-                f"compat={compat!r}: {self._log_config.topic} has {metadata} partitions but "
-                f"its layout places by {layout}: the original implementation places by the "
-                "partition count and would split the group (PROTOCOL.md 3, 13.1); give the "
-                "group a coordination topic that never had partitions added")
 
     @property
     def heartbeat_interval(self) -> float:
@@ -316,68 +284,15 @@ class Marshaler:
         One consumer per Marshaler at a time.
         """
         self._check_no_consumer()
-        if commit_mode not in ("implicit", "explicit"):
-            raise ConfigurationError(
-                f"commit_mode must be 'implicit' or 'explicit', not {commit_mode!r}")
-        if mode not in CONSUMER_MODES:
-            raise ConfigurationError(
-                f"mode must be one of {', '.join(map(repr, CONSUMER_MODES))}, not {mode!r}")
-        if self.config.compat is not None and mode not in ("alo", "amo"):
-            raise ConfigurationError(
-                f"compat={self.config.compat!r} consumes in 'alo' or 'amo' only (the original "
-                f"implementation has no {mode} mode)")
-        wanted = tuple(dict.fromkeys(topics))
-        data = self._engines.data_config(isolation_level)
-        max_poll_ms = seconds_to_ms(max_poll_interval, "max_poll_interval")
-        consumer: Consumer | ShareConsumer | KeySharedConsumer
-        if mode == "key-shared" or mode == "share":
-            # The data fetcher connects while the member joins (both are round trips).
-            opening = OpeningFetcher(self.config.fetcher, data, wanted)
-            try:
-                if mode == "key-shared":
-                    keyed, source = self._engines.key_shared(wanted, offset_reset, data,
-                                                            max_poll_ms)
-                    consumer = KeySharedConsumer(self._host, keyed, data, self._engines.tick_s,
-                                                 commit_mode, fetcher=opening)
-                else:
-                    share, source = self._engines.share(
-                        wanted, offset_reset, lock_duration, delivery_limit, inflight_limit,
-                        batch_size, start_time, dead_letter_topic, data, max_poll_ms)
-                    consumer = ShareConsumer(
-                        self._host, share, data, self._engines.share_tick_s(lock_duration),
-                        acknowledgement, dead_letter_topic, fetcher=opening)
-            except BaseException:
-                opening.abandon()
-                raise
-        else:
-            fencing = None if mode != "eos" else KafkaFencing(
-                self._log_config, self.group_id, timeout_s=self.config.timeout_ms / 1000,
-                transaction_timeout_ms=seconds_to_ms(transaction_timeout,
-                                                     "transaction_timeout"))
-            # The data fetcher connects while the member joins (both are round trips).
-            opening = OpeningFetcher(self.config.fetcher, data, wanted)
-            try:
-                engine, source = self._engines.exclusive(
-                    wanted, mode, offset_reset, balance, max_claims, release_lag, data,
-                    fencing, amo_window_records=amo_batch_size,
-                    amo_window_ms=round(amo_window * 1000), max_poll_interval_ms=max_poll_ms)
-            except BaseException:
-                opening.abandon()
-                raise
-            try:
-                if fencing is None:
-                    consumer = Consumer(self._host, engine, wanted, data, fetcher=opening)
-                else:
-                    consumer = ExactlyOnceConsumer(
-                        self._host, engine, wanted, data, fencing=fencing,
-                        coordination_topic=self._log_config.topic,
-                        coordination_partitions=self._log.partition_count(),
-                        group_keys=self.rationalizer.config.group_keys, fetcher=opening)
-            except BaseException:
-                with self._lock:
-                    engine.close()
-                source.close()
-                raise
+        consumer, source = self._factory.consumer(
+            topics, mode, offset_reset=offset_reset, balance=balance, max_claims=max_claims,
+            release_lag=release_lag, amo_batch_size=amo_batch_size, amo_window=amo_window,
+            commit_mode=commit_mode, lock_duration=lock_duration,
+            delivery_limit=delivery_limit, inflight_limit=inflight_limit,
+            acknowledgement=acknowledgement, batch_size=batch_size,
+            dead_letter_topic=dead_letter_topic, start_time=start_time,
+            isolation_level=isolation_level, max_poll_interval=max_poll_interval,
+            transaction_timeout=transaction_timeout)
         self._consumer = consumer
         self._source = source
         return consumer
@@ -412,37 +327,11 @@ class Marshaler:
         (:class:`KeySharedBatchMember`).
         """
         self._check_no_consumer()
-        if mode not in ("alo", "amo", "share", "key-shared"):
-            raise ConfigurationError(
-                "mode must be one of 'alo', 'amo', 'share', 'key-shared' for a batch member, "
-                f"not {mode!r}")
-        if self.config.compat is not None:
-            raise ConfigurationError(f"compat={self.config.compat!r} has no batch members "
-                                     "(use a consumer)")
-        wanted = tuple(dict.fromkeys(topics))
-        data = self._engines.data_config(isolation_level)
-        max_batch_ms = (None if max_poll_interval is None
-                        else seconds_to_ms(max_poll_interval, "max_poll_interval"))
-        if max_batch_ms is not None and max_batch_ms < 1:
-            raise ConfigurationError("max_poll_interval must be > 0 seconds (or None)")
-        if max_batch_ms is not None and mode != "share":
-            raise ConfigurationError("max_poll_interval of a batch member applies to share mode "
-                                     "only (docs/spark.md)")
-        member: BatchMember
-        if mode == "key-shared":
-            keyed, source = self._engines.key_shared(wanted, offset_reset, data,
-                                                    DEFAULT_MAX_POLL_INTERVAL_MS)
-            member = KeySharedBatchMember(self._host, keyed, source, self._engines.tick_s)
-        elif mode == "share":
-            share, source = self._engines.share(wanted, offset_reset, lock_duration,
-                                               delivery_limit, inflight_limit, 500,
-                                               start_time, None, data)
-            member = ShareBatchMember(self._host, share, source,
-                                      self._engines.share_tick_s(lock_duration), max_batch_ms)
-        else:
-            engine, source = self._engines.exclusive(wanted, mode, offset_reset, balance,
-                                                    max_claims, None, data)
-            member = ExclusiveBatchMember(self._host, engine, source, self._engines.tick_s)
+        member, source = self._factory.batch_member(
+            topics, mode, offset_reset=offset_reset, balance=balance, max_claims=max_claims,
+            lock_duration=lock_duration, delivery_limit=delivery_limit,
+            inflight_limit=inflight_limit, start_time=start_time,
+            isolation_level=isolation_level, max_poll_interval=max_poll_interval)
         self._consumer = member
         self._source = source
         return member

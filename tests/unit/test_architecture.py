@@ -48,7 +48,6 @@ MAX_MODULE_LINES = 450
 
 #: Modules longer than that today (path in the package -> what it holds): to be split.
 KNOWN_LONG: dict[str, str] = {
-    "client/marshaler.py": "the Marshaler facade: its member set-up and its consumers' factories",
     "world/engine.py": "the rationalizer's record loop: its fast path is one function on purpose",
     "world/share.py": "the share-partition state machine",
 }
