@@ -12,31 +12,32 @@ ranges of consecutive stored records in the same state (same delivery count, hol
 ...). A message costs a few operations per run it touches, not per offset: a share record
 applies in microseconds whether it names one offset or ten thousand, and however many records
 are in flight. The views still show one :class:`InFlightRecord` per offset.
+
+The record values (:class:`RecordState`, :class:`InFlightRecord`, :class:`ShareResult`) live in
+:mod:`marshal_py.world.share_records` and the run storage in :mod:`marshal_py.world.share_runs`;
+this module holds the rules and re-exports those names.
 """
 
 from __future__ import annotations
 
-import enum
 import heapq
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import NamedTuple
+from collections.abc import Iterable
 
 from marshal_py.protocol.ranges import OffsetRange
+from marshal_py.world.share_records import (
+    InFlightRecord,
+    Piece,
+    RecordState,
+    Run,
+    ShareResult,
+    State,
+)
+from marshal_py.world.share_runs import ShareRuns
 from marshal_py.world.state import Owner
 
-
-class RecordState(enum.Enum):
-    """The state of one in-flight record."""
-
-    AVAILABLE = "available"
-    ACQUIRED = "acquired"
-    ACKNOWLEDGED = "acknowledged"
-    ARCHIVED = "archived"
-    #: Reached the delivery limit in a share-partition that dead-letters: owed a dead letter,
-    #: which a member acquires as a duty (never delivered to an application again).
-    DEAD_LETTER = "dead_letter"
+__all__ = ["InFlightRecord", "Piece", "RecordState", "Run", "SharePartition", "ShareResult",
+           "State"]
 
 
 _AVAILABLE = RecordState.AVAILABLE
@@ -45,39 +46,6 @@ _ACKNOWLEDGED = RecordState.ACKNOWLEDGED
 _ARCHIVED = RecordState.ARCHIVED
 _DEAD_LETTER = RecordState.DEAD_LETTER
 
-
-@dataclass(frozen=True, slots=True)
-class InFlightRecord:
-    """An in-flight record as seen at some time."""
-
-    offset: int
-    state: RecordState
-    delivery_count: int
-    holder: Owner | None
-    lock_expiry_ms: int | None
-    #: Acquired as a dead-letter duty (write it to the dead-letter topic, do not deliver it).
-    duty: bool = False
-    #: Owed a dead letter since this broker time (Dead-letter records and duties).
-    owed_since_ms: int | None = None
-    #: How many times its dead-letter duty was acquired (more than 1: an earlier holder may
-    #: have written the letter before its lock elapsed).
-    duties: int = 0
-
-
-class ShareResult(NamedTuple):
-    """What one share message did: the offsets it applied to and those it could not."""
-
-    applied: tuple[OffsetRange, ...]
-    ignored: int
-    archived: tuple[OffsetRange, ...] = ()
-
-
-#: A stored record's state: (state, delivery count, holder, lock expiry, duty, owed since,
-#: duties). Runs are (first, last, *state).
-State = tuple[RecordState, int, "Owner | None", "int | None", bool, "int | None", int]
-Run = tuple[int, int, RecordState, int, "Owner | None", "int | None", bool, "int | None", int]
-#: A piece of a range: (first, last, stored state or None where nothing is stored).
-Piece = tuple[int, int, "State | None"]
 
 #: What the holder may say of a delivery, and of a dead-letter duty.
 _DELIVERY_ACKS = frozenset({"accept", "release", "reject", "gap"})
@@ -108,7 +76,7 @@ def _join(ranges: list[OffsetRange], first: int, last: int) -> None:
         ranges.append((first, last))
 
 
-class SharePartition:
+class SharePartition(ShareRuns):
     """The in-flight state of one share-partition.
 
     Transitions (KIP-932): Available -> Acquired on acquisition (delivery count + 1);
@@ -134,77 +102,11 @@ class SharePartition:
         #: Offsets whose delivery attempts ran out (archived, or owed a dead letter), in the
         #: order it happened; a diagnostic of this replay, not kept in checkpoints.
         self.exhausted: list[int] = []
-        #: The stored records as disjoint runs, ascending; ``_firsts`` their first offsets.
-        #: An offset in no run has no stored record (Available, never delivered).
-        self._runs: list[Run] = []
-        self._firsts: list[int] = []
+        super().__init__()  # the stored records, as runs (an offset in none: never delivered)
         #: Lock deadlines as a min-heap of (expiry, first, last): one entry per range locked at
         #: once, so :meth:`expire` costs nothing until a lock is due. Entries go stale (the
         #: records were acknowledged, released or renewed since): each is checked.
         self._locks: list[tuple[int, int, int]] = []
-
-    # -- runs -----------------------------------------------------------------------------------
-
-    def _pieces(self, x: int, y: int) -> tuple[int, int, list[Piece]]:
-        """[x, y] cut where runs begin and end: the pieces, and the slice of ``_runs`` that
-        overlaps it."""
-        runs, firsts = self._runs, self._firsts
-        i = bisect_right(firsts, x) - 1
-        if i < 0 or runs[i][1] < x:
-            i += 1
-        j, n = i, len(runs)
-        pieces: list[Piece] = []
-        at = x
-        while at <= y:
-            if j < n and runs[j][0] <= at:
-                run = runs[j]
-                end = run[1] if run[1] < y else y
-                pieces.append((at, end, run[2:]))
-                j += 1
-            else:
-                end = y if j >= n or runs[j][0] > y else runs[j][0] - 1
-                pieces.append((at, end, None))
-            at = end + 1
-        return i, j, pieces
-
-    def _write(self, i: int, j: int, x: int, y: int, pieces: list[Piece]) -> None:
-        """Replace ``_runs[i:j]`` (the runs overlapping [x, y]) by ``pieces`` (None: nothing
-        stored there), keeping what those runs held outside [x, y]; merge equal neighbours."""
-        runs = self._runs
-        new: list[Run] = []
-        if i < j and runs[i][0] < x:
-            new.append((runs[i][0], x - 1, *runs[i][2:]))
-        for first, last, state in pieces:
-            if state is not None:
-                new.append((first, last, *state))
-        if i < j and runs[j - 1][1] > y:
-            new.append((y + 1, runs[j - 1][1], *runs[j - 1][2:]))
-        if i > 0:
-            i -= 1
-            new.insert(0, runs[i])
-        if j < len(runs):
-            new.append(runs[j])
-            j += 1
-        merged: list[Run] = []
-        for run in new:
-            if merged and merged[-1][1] + 1 == run[0] and merged[-1][2:] == run[2:]:
-                merged[-1] = (merged[-1][0], run[1], *run[2:])
-            else:
-                merged.append(run)
-        runs[i:j] = merged
-        self._firsts[i:j] = [run[0] for run in merged]
-
-    def _change(self, x: int, y: int,
-                step: Callable[[int, int, State | None], State | None]) -> None:
-        """Give each piece of [x, y] the state ``step(first, last, state)`` returns."""
-        i, j, pieces = self._pieces(x, y)
-        self._write(i, j, x, y, [(a, b, step(a, b, s)) for a, b, s in pieces])
-
-    def _state_at(self, offset: int) -> State | None:
-        i = bisect_right(self._firsts, offset) - 1
-        if i >= 0 and self._runs[i][1] >= offset:
-            return self._runs[i][2:]
-        return None
 
     # -- transitions -------------------------------------------------------------------------
 
@@ -368,12 +270,7 @@ class SharePartition:
             self.spso = end + 1
 
     # -- checkpoints -------------------------------------------------------------------------
-
-    def stored_records(self) -> list[InFlightRecord]:
-        """The records the state machine stores (in-flight records it has seen change), in
-        offset order: with SPSO, SPEO and the limits, the whole state (for checkpoints)."""
-        return [InFlightRecord(offset, *run[2:])
-                for run in self._runs for offset in range(run[0], run[1] + 1)]
+    # (what to store comes from ShareRuns.stored_records)
 
     @classmethod
     def restored(cls, spso: int, speo: int, delivery_limit: int, inflight_limit: int,
@@ -382,21 +279,9 @@ class SharePartition:
         """A share-partition in exactly the state :meth:`stored_records` described."""
         share = cls(spso, delivery_limit, inflight_limit, dead_letter_topic)
         share.speo = speo
-        stored: dict[int, State] = {}
-        for r in records:
-            stored[r.offset] = (r.state, r.delivery_count, r.holder, r.lock_expiry_ms, r.duty,
-                                r.owed_since_ms, r.duties)
-        runs: list[Run] = []
-        for offset in sorted(stored):
-            state = stored[offset]
-            if runs and runs[-1][1] + 1 == offset and runs[-1][2:] == state:
-                runs[-1] = (runs[-1][0], offset, *state)
-            else:
-                runs.append((offset, offset, *state))
-        share._runs = runs
-        share._firsts = [run[0] for run in runs]
+        share._load(records)
         locked: dict[int, list[OffsetRange]] = {}
-        for run in runs:
+        for run in share._runs:
             if run[2] is _ACQUIRED and run[5] is not None:
                 _join(locked.setdefault(run[5], []), run[0], run[1])
         for expiry_ms, ranges in sorted(locked.items()):
