@@ -224,15 +224,19 @@ class ConsumerProcess:
     def __init__(self, bootstrap: str, ctopic: str, group: str, topic: str, client_id: str,
                  workdir: Path, *, mode: str = "alo", hi: float = HI,
                  extra: Sequence[str] = ()) -> None:
+        self._launch(client_id, workdir, marshal_argv(
+            "consume", "--bootstrap-servers", bootstrap, "--coordination-topic", ctopic,
+            "--group", group, "--topic", topic, "--mode", mode, "--client-id", client_id,
+            "--heartbeat-interval", str(hi), "--offset-reset", "earliest", "--print", *extra,
+        ))
+
+    def _launch(self, client_id: str, workdir: Path, argv: list[str]) -> None:
+        """Start ``argv`` with its stdout and stderr in files of ``workdir``."""
         self.client_id = client_id
         tag = f"{client_id}-{time.monotonic_ns()}"
         self.stdout_path = workdir / f"{tag}.out"
         self.stderr_path = workdir / f"{tag}.err"
-        self.argv = marshal_argv(
-            "consume", "--bootstrap-servers", bootstrap, "--coordination-topic", ctopic,
-            "--group", group, "--topic", topic, "--mode", mode, "--client-id", client_id,
-            "--heartbeat-interval", str(hi), "--offset-reset", "earliest", "--print", *extra,
-        )
+        self.argv = argv
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.started_at = time.time()
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=err,

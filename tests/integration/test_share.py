@@ -12,8 +12,6 @@ members printed. Figures (redelivery delays, spread) are printed: run with ``-s`
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -198,22 +196,12 @@ class VictimProcess(ConsumerProcess):
     holds it unacknowledged until killed (the files and methods of a ConsumerProcess)."""
 
     def __init__(self, cluster: ShareCluster, client_id: str, batch_size: int) -> None:
-        self.client_id = client_id
-        tag = f"{client_id}-{time.monotonic_ns()}"
-        self.stdout_path = cluster.workdir / f"{tag}.out"
-        self.stderr_path = cluster.workdir / f"{tag}.err"
         settings = {"bootstrap": cluster.bootstrap, "group": cluster.group,
                     "client": client_id, "hi": HI, "coordination_topic": cluster.ctopic,
                     "topic": cluster.topic, "lock_s": LOCK_S,
                     "delivery_limit": DELIVERY_LIMIT, "batch_size": batch_size}
-        self.argv = [sys.executable, "-m", "tests.integration.share_victim",
-                     json.dumps(settings)]
-        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self.started_at = time.time()
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=err,
-                                         stdin=subprocess.DEVNULL, env=os.environ.copy())
-        self._instance_id = None
-        self.joined_at = None
+        self._launch(client_id, cluster.workdir, [
+            sys.executable, "-m", "tests.integration.share_victim", json.dumps(settings)])
 
     def wait_holding(self, timeout: float = 30) -> None:
         def holding() -> bool:
