@@ -77,6 +77,7 @@ from bench.worker_process import WorkerProcess
 from chaos.checker import MODES, RunResult, check
 from chaos.journal import Journal, JournalTail, now, write_jsonl
 from chaos.logview import group_keys
+from chaos.operator import HangingOperator
 from chaos.rundir import (
     COORDINATION,
     FAULTS,
@@ -283,6 +284,11 @@ class Run:
         self.producer: ChaosProcess | None = None
         self.faults = Journal(directory / FAULTS)
         self.notes: list[str] = []
+        #: Completes the hanging transactions a broker restart leaves (chaos/operator.py).
+        self.operator = HangingOperator(
+            str(broker.bootstrap_servers), options.kafka_config,
+            [self.coordination_topic, self.topic] + ([self.output] if mode == "eos" else []),
+            self.faults.write, self.notes)
 
     @property
     def bootstrap(self) -> str:
@@ -325,7 +331,9 @@ class Run:
         self._await_ready(slot)
 
     def _tend(self) -> None:
-        """Replace consumers that exited by themselves; fail if the producer did."""
+        """Replace consumers that exited by themselves; fail if the producer did; complete
+        hanging transactions after a broker fault."""
+        self.operator.tend()
         for slot in self.slots:
             process = slot.process
             if process is None or process.alive() or process.expected_exit:
@@ -415,6 +423,7 @@ class Run:
         began = time.monotonic()
         self.broker.start()
         self.faults.write("broker_up", t=now())
+        self.operator.arm()
         log.info("  broker back after %.1f s of restart", time.monotonic() - began)
 
     def _inject(self, kind: str) -> None:

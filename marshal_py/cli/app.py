@@ -53,8 +53,9 @@ def _register_commands() -> None:
     from marshal_py.cli.consume import consume
     from marshal_py.cli.dev_broker import dev_broker
     from marshal_py.cli.inspect import state, tail
+    from marshal_py.cli.transactions import find_hanging
 
-    for command in (state, tail, consume, *COMMANDS, audit):  # init, groups, lag, ...
+    for command in (state, tail, consume, *COMMANDS, find_hanging, audit):  # init, groups, ...
         main.add_command(command)
     main.add_command(dev_broker, "dev-broker")
 

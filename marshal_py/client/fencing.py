@@ -28,7 +28,7 @@ from marshal_py.errors import (
     CoordinationLogLostError,
     MarshalError,
 )
-from marshal_py.log.base import CoordinationLog
+from marshal_py.log.base import HANGING_HINT, CoordinationLog
 from marshal_py.replay.reading import follow_once
 from marshal_py.world import Rationalizer
 
@@ -84,7 +84,8 @@ def read_to_end(log: CoordinationLog, rationalizer: Rationalizer, partitions: It
         if idle >= _IDLE_READS:
             raise BrokerUnavailableError(
                 f"no coordination records arrive from {log.topic} partitions {pending} "
-                f"(read up to {before}, ends {[targets[p] for p in pending]}); will try again")
+                f"(read up to {before}, ends {[targets[p] for p in pending]}): the broker may "
+                f"be restarting, or {HANGING_HINT}; will try again")
 
 
 def fence_and_read(fencing: Fencing, topic: str, partitions: list[int],

@@ -9,6 +9,11 @@ from typing import Protocol, runtime_checkable
 from marshal_py.protocol.index import IndexRecord
 from marshal_py.protocol.records import CoordinationRecord
 
+#: What a reader that gets no records says besides a restarting broker: a transaction left
+#: open stops every read_committed reader at its first record (:mod:`marshal_py.log.hanging`).
+HANGING_HINT = ("a transaction left open (a broker restart can leave one) holds the partition: "
+                "`marshal find-hanging --resolve` finds and completes it")
+
 #: Which records a filtered read returns: ``keep(value)`` is True for those it wants
 #: (:class:`~marshal_py.log.record_filter.RecordFilter`); None keeps every record.
 Keep = Callable[[bytes | None], bool]

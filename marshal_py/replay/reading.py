@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from marshal_py.errors import BrokerUnavailableError, CoordinationLogLostError
-from marshal_py.log.base import CoordinationLog, Fetched, Keep
+from marshal_py.log.base import HANGING_HINT, CoordinationLog, Fetched, Keep
 from marshal_py.world.rationalizer import Rationalizer, Verdict
 
 log = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ def _read_to(log_: CoordinationLog, rationalizer: Rationalizer, targets: Mapping
                     f"no coordination records arrive from {log_.topic} partitions "
                     f"{sorted(pending)} (read up to {dict(sorted(pending.items()))}, ends "
                     f"{ {p: targets[p] for p in sorted(pending)} }): the broker may be "
-                    "restarting; this reader will try again")
+                    f"restarting, or {HANGING_HINT}; this reader will try again")
             empty_fetches = 0
             for p in list(pending):
                 nxt = rationalizer.next_position(p)
