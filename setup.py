@@ -1,11 +1,18 @@
 """The C part of the build; everything else is in pyproject.toml.
 
-marshal_py.client._fastpath (marshal_py/client/_fastpath.c) does the per-record work of an
-exclusive consumer in C. It is optional: where no C compiler is found the build goes on
-without it and the same behaviour runs in Python (marshal_py/client/fastpath.py).
+Two optional extensions; where one cannot be built (no C compiler, no OpenSSL headers) the
+build goes on without it and the same behaviour runs in Python:
+
+* marshal_py.client._fastpath (marshal_py/client/_fastpath.c): the per-record work of an
+  exclusive consumer (its Python build: marshal_py/client/fastpath.py);
+* marshal_py.world._macs (marshal_py/world/_macs.c): the MAC check of signed coordination
+  records, with OpenSSL's SHA-256 (its Python build: marshal_py/world/macs.py).
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("marshal_py.client._fastpath",
-                             ["marshal_py/client/_fastpath.c"], optional=True)])
+setup(ext_modules=[
+    Extension("marshal_py.client._fastpath", ["marshal_py/client/_fastpath.c"], optional=True),
+    Extension("marshal_py.world._macs", ["marshal_py/world/_macs.c"], libraries=["crypto"],
+              optional=True),
+])

@@ -16,14 +16,12 @@ The one refusal it gives itself is the replay guard's, exactly as the general pa
 
 from __future__ import annotations
 
-import binascii
-import hmac
 from collections import Counter
 from typing import TYPE_CHECKING, Protocol
 
 from marshal_py.protocol.auth import MAC_CHARS
 from marshal_py.protocol.messages import MAX_ANNOUNCED_INTERVAL_MS
-from marshal_py.world.macs import Macs
+from marshal_py.world.macs import mac_matches
 from marshal_py.world.sequences import PairSequences, sequence_refusal
 from marshal_py.world.verdicts import HEARTBEAT, NOT_OWNER, REJECTED
 
@@ -60,10 +58,6 @@ class SignedCore(Protocol):
 
     def _messages(self, route: Route, proposed_last_offset: int) -> int: ...
 
-#: base64 -> base64url.
-_URLSAFE = bytes.maketrans(b"+/", b"-_")
-_b64 = binascii.b2a_base64
-compare_digest = hmac.compare_digest
 
 
 def natural(raw: bytes) -> bool:
@@ -100,19 +94,6 @@ def member_fields(version: bytes, rest: bytes) -> tuple[bytes, bool, int, int] |
     else:
         return None
     return fields[0], active == b"1", cap, interval
-
-
-def _authentic(macs: Macs, raw_id: bytes, raw_seq: bytes, raw_mac: bytes, body: bytes) -> bool:
-    for keyed_inner, keyed_outer in macs.get(raw_id, ()):
-        inner = keyed_inner.copy()
-        inner.update(raw_seq + b"\n" + body)
-        outer = keyed_outer.copy()
-        outer.update(inner.digest())
-        digest = outer.digest()
-        expected = binascii.b2a_base64(digest, newline=False)[:MAC_CHARS].translate(_URLSAFE)
-        if hmac.compare_digest(expected, raw_mac):
-            return True
-    return False
 
 
 def apply_signed(core: SignedCore, raw_id: bytes, rest: bytes, p: int, pos: int, ts: int
@@ -164,20 +145,8 @@ def apply_signed(core: SignedCore, raw_id: bytes, rest: bytes, p: int, pos: int,
     if macs is None or route.home != p or pos < pair.before \
             or not -skew <= ts - sent_ms <= skew:
         return -1
-    # The MAC (:func:`_authentic`, inline).
     keyed = macs.get(raw_id)
-    if keyed is None:
-        return -1
-    signed = raw_seq + b"\n" + body
-    for keyed_inner, keyed_outer in keyed:
-        inner = keyed_inner.copy()
-        inner.update(signed)
-        outer = keyed_outer.copy()
-        outer.update(inner.digest())
-        if compare_digest(_b64(outer.digest(), newline=False)[:MAC_CHARS].translate(_URLSAFE),
-                          raw_mac):
-            break
-    else:
+    if keyed is None or not mac_matches(keyed, raw_seq, body, raw_mac):
         return -1
     # Authentic, in place, after the checkpoint: from here on the general path's steps.
     group = pair.group
