@@ -74,7 +74,8 @@ def connection_error(config: KafkaLogConfig, exc: BaseException) -> MarshalError
     authentication or TLS failure when a diagnostic connection shows one, else
     :class:`BrokerUnavailableError` (the broker is down or unreachable)."""
     if isinstance(exc, SaslAuthenticationFailedError):
-        return _authentication_failed(config, config.bootstrap_servers.split(",")[0].strip())
+        # Which broker refused is not known here: name the cluster, not one of its addresses.
+        return _authentication_failed(config, config.bootstrap_servers)
     diagnosed = diagnose_connection(config)
     if diagnosed is not None:
         return diagnosed
