@@ -234,12 +234,10 @@ class HangingTransactions:
         if hanging.decision is None or hanging.transactional_id is None:
             raise MarshalError(f"not completing it, its outcome is unknown: "
                                f"{hanging.describe()}")
+        if not self._still_open(hanging):
+            return []  # its markers arrived meanwhile: nothing to complete, nobody to fence
         self._fence(hanging)
-        still = {(o.topic, o.partition, o.start_offset) for o in self.open_transactions(
-            [TopicPartition(o.topic, o.partition) for o in hanging.open_on])
-            if (o.producer_id, o.producer_epoch) == (hanging.producer_id,
-                                                     hanging.producer_epoch)}
-        done = [o for o in hanging.open_on if (o.topic, o.partition, o.start_offset) in still]
+        done = self._still_open(hanging)
         for open_txn in done:
             self._write_marker(open_txn, hanging.decision == "commit")
             log.warning("wrote the %s marker of producer %d epoch %d (%s) on %s-%d at offset "
@@ -248,6 +246,14 @@ class HangingTransactions:
                         hanging.transactional_id, open_txn.topic, open_txn.partition,
                         open_txn.start_offset)
         return done
+
+    def _still_open(self, hanging: HangingTransaction) -> list[OpenTransaction]:
+        """Those of ``hanging.open_on`` that still hold the same transaction open."""
+        now = {(o.topic, o.partition, o.start_offset) for o in self.open_transactions(
+            [TopicPartition(o.topic, o.partition) for o in hanging.open_on])
+            if (o.producer_id, o.producer_epoch) == (hanging.producer_id,
+                                                     hanging.producer_epoch)}
+        return [o for o in hanging.open_on if (o.topic, o.partition, o.start_offset) in now]
 
     def _fence(self, hanging: HangingTransaction) -> None:
         """Initialize the transactional id: the old producer can write nothing more. The new
