@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 #: coordinator still runs is never touched anyway).
 CHECK_EVERY_S = 5.0
 MIN_AGE_S = 12.0
+#: One whose outcome is unknown is noted only once it was seen this long: just after a
+#: restart, the coordinator may not have loaded the transaction yet (it then completes it).
+UNDECIDED_FOR_S = 30.0
 
 
 class HangingOperator:
@@ -47,6 +50,8 @@ class HangingOperator:
         self.min_age_s = min_age_s
         self.armed = False
         self._next = 0.0
+        #: When each undecided one was first seen (monotonic seconds).
+        self._undecided_since: dict[tuple[int, int], float] = {}
 
     def arm(self) -> None:
         """A broker fault happened: start looking."""
@@ -62,6 +67,10 @@ class HangingOperator:
                 watched: list[TopicPartition] = finder.partitions_of(self.topics)
                 for hanging in finder.find(watched, min_age_s=self.min_age_s):
                     if hanging.decision is None:
+                        since = self._undecided_since.setdefault(
+                            (hanging.producer_id, hanging.producer_epoch), time.monotonic())
+                        if time.monotonic() - since < UNDECIDED_FOR_S:
+                            continue
                         note = f"a hanging transaction with no decision: {hanging.describe()}"
                         if note not in self.notes:
                             self.notes.append(note)

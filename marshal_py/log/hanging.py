@@ -89,8 +89,10 @@ class HangingTransaction:
                else "an unknown transactional id")
         said = (f"its coordinator finished it ({self.coordinator_state}): {self.decision} it"
                 if self.decision else
-                f"its coordinator reports {self.coordinator_state or 'nothing'}: the outcome is "
-                "unknown")
+                f"its coordinator reports {self.coordinator_state}: the outcome is unknown"
+                if self.coordinator_state else
+                "no coordinator knows its producer (just after a restart it may not have "
+                "loaded it yet: look again in a minute): the outcome is unknown")
         return (f"producer {self.producer_id} epoch {self.producer_epoch} ({who}) is open on "
                 f"{where}; {said}")
 
