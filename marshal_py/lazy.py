@@ -8,9 +8,23 @@ A package lists its public names and the module defining each, then::
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from importlib import import_module
+from types import ModuleType
 from typing import Any
+
+
+def compiled_extension(name: str) -> ModuleType | None:
+    """The optional C extension ``name`` (e.g. ``marshal_py.client._fastpath``), or None when
+    it was not built or the environment variable ``MARSHAL_PY_PURE`` is set (to anything but
+    "" or "0"): then the caller uses its Python build of the same behaviour."""
+    if os.environ.get("MARSHAL_PY_PURE", "") not in ("", "0"):
+        return None
+    try:
+        return import_module(name)
+    except ImportError:
+        return None
 
 
 def lazy_names(package: str, defined_in: Mapping[str, str], namespace: dict[str, Any],

@@ -21,10 +21,11 @@ which is in use (``marshal_py.client.fastpath.COMPILED``); the environment varia
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
+
+from marshal_py.lazy import compiled_extension
 
 __all__ = ["COMPILED", "Committer", "CursorCore", "PyCommitter", "PyCursorCore",
            "compiled_module"]
@@ -33,13 +34,7 @@ __all__ = ["COMPILED", "Committer", "CursorCore", "PyCommitter", "PyCursorCore",
 def compiled_module() -> ModuleType | None:
     """``marshal_py.client._fastpath``, or None when it was not built or ``MARSHAL_PY_PURE``
     is set (to anything but "" or "0")."""
-    if os.environ.get("MARSHAL_PY_PURE", "") not in ("", "0"):
-        return None
-    try:
-        import marshal_py.client._fastpath as compiled
-    except ImportError:
-        return None
-    return compiled
+    return compiled_extension("marshal_py.client._fastpath")
 
 
 class PyCursorCore:

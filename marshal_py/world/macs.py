@@ -18,11 +18,11 @@ from __future__ import annotations
 import binascii
 import hashlib
 import hmac
-import os
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from marshal_py.lazy import compiled_extension
 from marshal_py.protocol.auth import MAC_CHARS
 
 __all__ = ["COMPILED", "Macs", "mac_keys", "mac_matches"]
@@ -37,13 +37,7 @@ _URLSAFE = bytes.maketrans(b"+/", b"-_")
 def compiled_module() -> ModuleType | None:
     """``marshal_py.world._macs``, or None when it was not built or ``MARSHAL_PY_PURE`` is
     set (to anything but "" or "0")."""
-    if os.environ.get("MARSHAL_PY_PURE", "") not in ("", "0"):
-        return None
-    try:
-        import marshal_py.world._macs as compiled
-    except ImportError:
-        return None
-    return compiled
+    return compiled_extension("marshal_py.world._macs")
 
 
 _compiled = compiled_module()
