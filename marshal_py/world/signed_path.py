@@ -96,6 +96,23 @@ def member_fields(version: bytes, rest: bytes) -> tuple[bytes, bool, int, int] |
     return fields[0], active == b"1", cap, interval
 
 
+def apply_member(core: SignedCore, version: bytes, rest: bytes, p: int, pos: int, ts: int
+                 ) -> int:
+    """Apply an unsigned MemberHeartbeat (version 2 or 3, nothing escaped) from its bytes
+    after the sent-at field: its verdict code, or -1 (nothing changed) when the general path
+    must read it."""
+    fields = member_fields(version, rest)
+    if fields is None:
+        return -1
+    route = core._member_routes.get(fields[0]) or core._route_of(fields[0], False)
+    if route is None or route.home != p or pos < route.pair.open_from:
+        return -1
+    life = route.pair.life
+    if life is None or ts > life.due:
+        life = core._life(route.pair, ts)
+    return core._membership(life, route.owner, ts, fields[1], fields[2], fields[3])
+
+
 def apply_signed(core: SignedCore, raw_id: bytes, rest: bytes, p: int, pos: int, ts: int
                  ) -> int:
     """Apply a ``Signed/3/<raw_id>/<rest>`` record read at position ``pos`` of coordination

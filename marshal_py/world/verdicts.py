@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING, Any
 
-from marshal_py.protocol.codec import decode_signed
+from marshal_py.protocol.codec import DecodeErrorKind, decode_signed
 
 if TYPE_CHECKING:
     from marshal_py.protocol.messages import Message
@@ -135,6 +135,9 @@ PROOF_OF_LIFE = frozenset({CLAIM_WON, CLAIM_RENEWED, CLAIM_RECLAIMED, HEARTBEAT,
                            KEY_RANGES_CLAIMED, KEY_RANGES_HEARTBEAT})
 #: Verdicts of records whose message was decoded (an outcome shows it).
 WITHOUT_MESSAGE = frozenset({DUPLICATE, TOMBSTONE, MALFORMED, UNKNOWN_TYPE, UNKNOWN_VERSION})
+#: The verdict code of each way a record fails to decode.
+DECODE_CODES = {DecodeErrorKind.MALFORMED: MALFORMED, DecodeErrorKind.UNKNOWN_TYPE: UNKNOWN_TYPE,
+                DecodeErrorKind.UNKNOWN_VERSION: UNKNOWN_VERSION}
 
 _UNREAD: Any = object()
 

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from marshal_py.protocol import Checkpoint, encode
-from marshal_py.world import Rationalizer, RationalizerConfig, Verdict
+from marshal_py.protocol import Checkpoint, MemberHeartbeat, encode
+from marshal_py.protocol.records import CoordinationRecord
+from marshal_py.world import Rationalizer, RationalizerConfig, Verdict, fast_beats
 from marshal_py.world.checkpoint import CheckpointError
 from tests.golden import views
 from tests.golden.corpus import GoldenLog, Restore, Settings, golden_log
@@ -243,3 +245,104 @@ def test_observers_of_some_verdicts_see_what_record_by_record_application_gives(
         assert reader.counters == one_by_one.counters
         assert views.snapshots(reader) == views.snapshots(one_by_one)
         assert views.global_view(reader, end, cps) == views.global_view(one_by_one, end, cps)
+
+
+def _as_read(records: list[Any]) -> list[CoordinationRecord]:
+    """The records as the log layer hands them over (the corpus builds the frozen copy's)."""
+    return [CoordinationRecord(r.partition, r.position, r.timestamp_ms, r.value)
+            for r in records]
+
+
+def _chunked_agrees(make: Callable[[], Rationalizer], records: list[CoordinationRecord],
+                    size: int) -> None:
+    one_by_one, chunked = make(), make()
+    cps = one_by_one.config.coordination_partitions
+    for start in range(0, len(records), size):
+        chunk = records[start:start + size]
+        for record in chunk:
+            one_by_one.apply(record)
+        chunked.apply_all(chunk)
+        at = chunk[-1].timestamp_ms
+        assert chunked.counters == one_by_one.counters, (size, start)
+        assert views.snapshots(chunked) == views.snapshots(one_by_one), (size, start)
+        assert views.global_view(chunked, at, cps) == views.global_view(one_by_one, at, cps), \
+            (size, start)
+
+
+@pytest.fixture
+def c_beats(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts what the C build of the owners' heartbeats applied (world/_feed.c)."""
+    run = fast_beats.run_beats
+    assert run is not None, "bin/setup builds marshal_py.world._feed: run it again"
+    applied = {"beats": 0, "duplicates": 0}
+
+    def counting(*args: Any) -> Any:
+        answer = run(*args)
+        applied["beats"] += answer[4]
+        applied["duplicates"] += answer[5]
+        return answer
+
+    monkeypatch.setattr(fast_beats, "run_beats", counting)
+    return applied
+
+
+@pytest.mark.parametrize("seed", range(min(LOGS, 8)))
+def test_apply_all_in_fetch_sized_chunks_gives_what_record_by_record_application_gives(
+        seed: int) -> None:
+    """``apply_all`` without observers (where runs of owners' heartbeats and duplicates may
+    go through the C build, world/_feed.c) leaves, after every chunk, the same state and
+    counters as applying record by record: chunks of 7 and of 97 records (a fetch's size),
+    the corpus's order and its records grouped by coordination partition (as fetches return
+    them, which gives the C build runs to apply)."""
+    log = golden_log(seed, RECORDS)
+    records = _as_read(log.records)
+    grouped = sorted(records, key=lambda r: r.partition)
+    for size in (7, 97):
+        _chunked_agrees(lambda: _readers(log.settings)[0], records, size)
+        _chunked_agrees(lambda: _readers(log.settings)[0], grouped, size)
+
+
+def _settled_log() -> list[CoordinationRecord]:
+    """Settled groups (bench.rationalizer's exclusive mix) with what the C build must leave
+    to Python: heartbeats of non-owners, a broker clock that goes back, a client with two
+    instances, and a stretch read again (duplicates)."""
+    from bench.rationalizer import build_exclusive_log
+
+    built = build_exclusive_log(6_000, 40, groups=4)
+    records = []
+    for n, r in enumerate(built):
+        value, ts = r.value, r.timestamp_ms
+        assert value is not None
+        if n % 41 == 0 and value.startswith(b"Heartbeat/"):  # a heartbeat of a non-owner
+            value = value.replace(b"000000/worker-0/", b"000001/worker-1/", 1)
+        if n % 53 == 0:  # a broker clock that went back
+            ts -= 5_000
+        records.append(CoordinationRecord(r.partition, r.position, ts, value))
+    # A second instance of one client in each group, alive throughout (the group's live
+    # view then changes with every sign of life of that client).
+    with_twins: list[CoordinationRecord] = []
+    for n, r in enumerate(records):
+        if n % 400 == 0:
+            with_twins += [CoordinationRecord(
+                r.partition, 0, r.timestamp_ms,
+                encode(MemberHeartbeat(r.timestamp_ms // 1000, f"{g:02d}ffffff", "worker-0",
+                                       f"group-{g:02d}", "events", 1, -1, 10_000)))
+                for g in range(4)]
+        with_twins.append(r)
+    records = with_twins
+    records = [CoordinationRecord(r.partition, k, r.timestamp_ms, r.value)
+               for k, r in enumerate(records)]
+    again = records[2_000:2_300]  # a reader that reads a stretch again: duplicates
+    return records[:3_000] + again + records[3_000:]
+
+
+def test_settled_exclusive_groups_apply_alike_through_the_c_build(
+        c_beats: dict[str, int]) -> None:
+    """The log the C build is for, chunk by chunk against record by record."""
+    from bench.rationalizer import config_for
+
+    log = _settled_log()
+    config = config_for("exclusive", groups=4)
+    for size in (7, 97, 500):
+        _chunked_agrees(lambda: Rationalizer(config), log, size)
+    assert c_beats["beats"] > 10_000 and c_beats["duplicates"] >= 300

@@ -86,8 +86,10 @@ def test_the_c_build_refuses_what_is_not_a_prepared_key() -> None:
         _compiled.matches([], b"1", b"body")
 
 
-def test_a_process_with_marshal_py_pure_uses_the_python_build() -> None:
+def test_a_process_with_marshal_py_pure_uses_the_python_builds() -> None:
+    """Of the MAC check and of the record loop's heartbeats (world/_feed.c)."""
     env = {**os.environ, "MARSHAL_PY_PURE": "1"}
-    code = ("import marshal_py.world.macs as m; assert not m.COMPILED;"
-            "assert m.mac_matches is m._py_matches")
+    code = ("import marshal_py.world.macs as m, marshal_py.world.fast_beats as f;"
+            "assert not m.COMPILED and m.mac_matches is m._py_matches;"
+            "assert f.run_beats is None")
     subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=ROOT)
