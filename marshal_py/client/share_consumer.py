@@ -107,11 +107,6 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         #: (or before the next acquisition, which writes them in the same round trip).
         self._acks: deque[tuple[str, int, int, str]] = deque()
         self._watch = PollWatch(engine.config.max_poll_interval_ms)
-        #: Set by the fetching thread when it wakes the coordination thread to acquire
-        #: ahead; the full tick (catch-up, renewals, membership) then waits until it is due.
-        self._acquire_ahead = False
-        self._tick_s = tick_interval_s
-        self._next_tick = 0.0
         self._start_coordination("marshal-share", tick_interval_s)
 
     # -- background: membership, renewals, acknowledgements, pre-claiming -----------------------
@@ -119,16 +114,6 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
     def _step(self) -> None:
         self._hand_acks_over()
         self._watch_poll_interval("its acquired records")
-        now = time.monotonic()
-        ahead, self._acquire_ahead = self._acquire_ahead, False
-        if ahead and now < self._next_tick:
-            # Woken by the fetching thread, its window running low: acquire first (the
-            # acquisition's read-back catches up), the rest of a tick when it is due.
-            if not self._engine.suspended:
-                self._preclaim()
-            self._engine.flush()
-            return
-        self._next_tick = now + self._tick_s
         # Queued acknowledgements ride with this step's acquisitions (one round trip);
         # whatever no acquisition carried is written after them.
         self._engine.tick(flush=False)
@@ -247,7 +232,6 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
                                         r.value, list(r.headers or []), count),
                             -1.0 if expiry is None else expiry / 1000 + shift, drops))
                 if len(waiting) * 2 < self._window() and self._thread is not None:
-                    self._acquire_ahead = True
                     self._thread.wake()  # acquire the next window while these go out
                 if start is None:
                     continue

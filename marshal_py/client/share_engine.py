@@ -254,7 +254,7 @@ class ShareEngine(GroupMember[ShareConfig]):
         wanted = max_records or self.config.batch_size
         now = self.clock.now_ms()
         end = self._end_of(topic, partition, share.speo)
-        limit = min(end, self._spso_after_acks(topic, partition, share.spso) + share.inflight_limit)
+        limit = min(end, share.spso + share.inflight_limit)
         if until is not None:
             limit = min(limit, until)
         mine = self.held.get((topic, partition), {})
@@ -310,15 +310,6 @@ class ShareEngine(GroupMember[ShareConfig]):
         granted.sort()
         return granted
 
-    def _spso_after_acks(self, topic: str, partition: int, spso: int) -> int:
-        """The SPSO once the queued accepts and rejects (written first) apply; the log clips
-        what an acquisition asks past its limit, so the estimate never grants too much."""
-        tp = (topic, partition)
-        done = {*self._pending.get((tp, "accept"), ()), *self._pending.get((tp, "reject"), ())}
-        while spso in done:
-            spso += 1
-        return spso
-
     def _end_of(self, topic: str, partition: int, speo: int) -> int:
         """The partition's end for acquiring new records: the one last asked for, asked again
         (one request) only once the share-partition's end offset (SPEO) has reached it, so a
@@ -368,7 +359,17 @@ class ShareEngine(GroupMember[ShareConfig]):
 
     def ack(self, topic: str, partition: int, offset: int, kind: str = "accept") -> bool:
         """Queue an acknowledgement (written by :meth:`flush`); False if not held."""
-        return self.ack_many(topic, partition, [offset], kind) == 1
+        if kind not in ALL_ACK_KINDS:
+            raise ConfigurationError(f"acknowledgement kind must be one of "
+                                     f"{', '.join(sorted(ALL_ACK_KINDS))}, not {kind!r}")
+        held = self.held.get((topic, partition), {})
+        if offset not in held:
+            return False
+        del held[offset]
+        self.duties.get((topic, partition), {}).pop(offset, None)
+        self._lock_expiry[(topic, partition)].pop(offset, None)
+        self._pending[((topic, partition), kind)].append(offset)
+        return True
 
     def ack_many(self, topic: str, partition: int, offsets: list[int],
                  kind: str = "accept") -> int:
