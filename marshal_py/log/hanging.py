@@ -191,7 +191,8 @@ class HangingTransactions:
             return []
         if scan is None:
             scan = self.partitions_of(self._topics())
-        extra = [tp for tp in scan if tp not in set(watched)]
+        seen = set(watched)
+        extra = [tp for tp in scan if tp not in seen]
         everywhere = opened + self.open_transactions(extra)
         hanging = []
         for pid, epoch in producers:

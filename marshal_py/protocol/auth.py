@@ -37,6 +37,8 @@ UNSEQUENCED_VERSION = 2
 _PREFIXES = {version: f"{SIGNED_TYPE}/{version}/".encode()
              for version in (UNSEQUENCED_VERSION, SIGNED_VERSION)}
 _DOMAINS = {version: f"marshal-signed-v{version}\n".encode() for version in _PREFIXES}
+#: What a version 3 (sequenced) MAC input starts with, before the key id.
+SIGNED_DOMAIN = _DOMAINS[SIGNED_VERSION]
 #: Bounds that keep keys meaningful and ids printable.
 MIN_SECRET_BYTES = 16
 MAX_KEY_ID_CHARS = 64

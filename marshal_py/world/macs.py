@@ -23,13 +23,11 @@ from types import ModuleType
 from typing import Any
 
 from marshal_py.lazy import compiled_extension
-from marshal_py.protocol.auth import MAC_CHARS
+from marshal_py.protocol.auth import MAC_CHARS, SIGNED_DOMAIN
 
 __all__ = ["COMPILED", "Macs", "mac_keys", "mac_matches"]
 
 _BLOCK = 64  # SHA-256's block size
-#: What a version 3 MAC input starts with, before the key id.
-_START = b"marshal-signed-v3\n"
 #: base64 -> base64url.
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
 
@@ -91,5 +89,5 @@ def mac_keys(keys: tuple[tuple[str, bytes], ...]) -> Macs:
     table: Macs = {}
     for key_id, secret in keys:
         raw_id = key_id.encode("utf-8")
-        table.setdefault(raw_id, []).append(_keyed(secret, _START + raw_id + b"\n"))
+        table.setdefault(raw_id, []).append(_keyed(secret, SIGNED_DOMAIN + raw_id + b"\n"))
     return table

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from marshal_py.protocol.auth import GroupKey, sign, split_signed
+from marshal_py.protocol.auth import SIGNED_DOMAIN, GroupKey, sign, split_signed
 from marshal_py.world import macs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ def _both(keys: list[GroupKey]) -> tuple[Any, Any]:
     py = {}
     for key_id, secret in pairs:
         raw_id = key_id.encode()
-        py.setdefault(raw_id, []).append(macs._py_keyed(secret, macs._START + raw_id + b"\n"))
+        py.setdefault(raw_id, []).append(macs._py_keyed(secret, SIGNED_DOMAIN + raw_id + b"\n"))
     return macs.mac_keys(pairs), py
 
 
