@@ -251,13 +251,16 @@ class CoordinationChannel:
                            keep=self.keep)
 
     def read_back(self, records: Iterable[CoordinationRecord]) -> None:
-        """Apply the log up to and including ``records`` (ours, just appended): what the
-        log decided about them is then known. One fetch when they are there."""
+        """Apply the log up to and including ``records`` (ours, just appended by
+        :meth:`append_all`, outside any transaction): what the log decided about them is
+        then known. No fetch when they directly follow what was read (they are applied as
+        the append answered), else one fetch when they are there."""
+        records = list(records)
         targets: dict[int, int] = {}
         for record in records:
             targets[record.partition] = max(targets.get(record.partition, 0),
                                             record.position + 1)
-        read_through(self.log, self.rationalizer, targets, keep=self.keep)
+        read_through(self.log, self.rationalizer, targets, keep=self.keep, appended=records)
 
     def append(self, message: Message) -> int:
         """Write a message to its topic's coordination partition; return its broker time.

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from marshal_py.errors import BrokerUnavailableError, CoordinationLogLostError
 from marshal_py.log.base import HANGING_HINT, CoordinationLog, Fetched, Keep
+from marshal_py.protocol.records import CoordinationRecord
 from marshal_py.world.rationalizer import Rationalizer, Verdict
 
 log = logging.getLogger(__name__)
@@ -88,11 +89,17 @@ def read_through(
     *,
     fetch_timeout_s: float = 1.0,
     keep: Keep | None = None,
+    appended: Sequence[CoordinationRecord] = (),
 ) -> int:
     """Apply every record below ``targets[partition]`` (typically one past a record this
     member has just appended): the read-back after a write, with no request for the log's
     ends or starts -- one fetch when the records are there. Returns how many were applied
-    (with ``keep``, of those it wants)."""
+    (with ``keep``, of those it wants).
+
+    ``appended``: the records this reader has just appended, as the log answered the
+    append, *outside any transaction* (a transactional record may yet be aborted). On a
+    partition where they directly follow what was read, they are applied as answered and
+    not fetched: no round trip (PROTOCOL.md, "Reading back one's own records")."""
     for p, end in targets.items():
         if end <= rationalizer.next_position(p):
             # A record just appended landed below what this reader has already read: the
@@ -102,11 +109,36 @@ def read_through(
                 f"appended now got position {end - 1}, but {rationalizer.next_position(p)} "
                 "records had been read; it was deleted and recreated (or truncated), "
                 f"{CoordinationLogLostError.ADVICE}")
+    applied = _apply_appended(rationalizer, appended, keep) if appended else 0
     wanted = {p: end for p, end in targets.items() if rationalizer.next_position(p) < end}
     if not wanted:
-        return 0
+        return applied
     starts = {p: rationalizer.next_position(p) for p in wanted}
-    return _read_to(log_, rationalizer, wanted, starts, fetch_timeout_s, None, keep)
+    return applied + _read_to(log_, rationalizer, wanted, starts, fetch_timeout_s, None, keep)
+
+
+def _apply_appended(rationalizer: Rationalizer, appended: Sequence[CoordinationRecord],
+                    keep: Keep | None) -> int:
+    """Apply, without reading them back, the records this reader has just appended to the
+    partitions where they directly follow what it has read: the broker placed them at
+    consecutive positions beginning at the reader's next one, so no other record lies
+    between, and a fetch would return exactly these (value, position and timestamp are
+    those the broker stored: the append's answer). Returns how many were applied."""
+    by_partition: dict[int, list[CoordinationRecord]] = {}
+    for record in appended:
+        by_partition.setdefault(record.partition, []).append(record)
+    applied = 0
+    for p, records in by_partition.items():
+        records.sort(key=lambda r: r.position)
+        first = records[0].position
+        if first != rationalizer.next_position(p) or \
+                any(r.position != first + i for i, r in enumerate(records)):
+            continue  # others' records (or markers) may lie between: read them
+        kept = records if keep is None else [r for r in records if keep(r.value)]
+        rationalizer.apply_all(kept)
+        rationalizer.skip_to(p, records[-1].position + 1)
+        applied += len(kept)
+    return applied
 
 
 def _apply_fetched(rationalizer: Rationalizer, fetched: Fetched,

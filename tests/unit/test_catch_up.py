@@ -11,6 +11,7 @@ from marshal_py.errors import BrokerUnavailableError
 from marshal_py.log import MemoryLog
 from marshal_py.protocol import ClaimingPartition, encode
 from marshal_py.replay import catch_up
+from marshal_py.replay.reading import read_through
 from marshal_py.world import CoordinationRecord, Rationalizer, RationalizerConfig
 
 
@@ -82,3 +83,60 @@ def test_positions_without_records_before_the_end_are_passed_when_records_follow
     r = rationalizer()
     assert catch_up(later, r, [0], fetch_timeout_s=0.01) == 1
     assert r.next_position(0) == 2
+
+
+class CountingLog(MemoryLog):
+    """Counts fetches (the read-back's round trips)."""
+
+    fetches = 0
+
+    def fetch(self, starts: Mapping[int, int], timeout_s: float) -> list[CoordinationRecord]:
+        self.fetches += 1
+        return super().fetch(starts, timeout_s)
+
+
+def _claim(client: str, partition: int = 0) -> bytes:
+    return encode(ClaimingPartition(0, "aaaa0001", client, "g", "t", partition))
+
+
+def test_own_records_that_directly_follow_what_was_read_are_applied_without_a_fetch() -> None:
+    log = CountingLog(partitions=2)
+    r = rationalizer()
+    written = log.append_all([(0, _claim("A")), (0, _claim("B"))])
+    assert read_through(log, r, {0: 2}, appended=written) == 2
+    assert log.fetches == 0
+    assert r.next_position(0) == 2
+    owner = r.claim("g", "t", 0).owner  # the first claim won, as a fetch would have shown
+    assert owner is not None and owner.client_id == "A"
+
+
+def test_own_records_after_someone_elses_are_read_back_with_a_fetch() -> None:
+    log = CountingLog(partitions=1)
+    r = rationalizer()
+    log.append(0, _claim("B"))  # another member's, not yet read
+    written = log.append_all([(0, _claim("A"))])
+    assert read_through(log, r, {0: 2}, appended=written) == 2
+    assert log.fetches == 1
+    owner = r.claim("g", "t", 0).owner  # B's claim came first: A's lost
+    assert owner is not None and owner.client_id == "B"
+
+
+def test_own_records_with_a_hole_between_them_are_read_back_with_a_fetch() -> None:
+    log = CountingLog(partitions=1)
+    r = rationalizer()
+    first = log.append(0, _claim("A"))
+    log.append(0, _claim("B"))  # lands between two of ours
+    last = log.append(0, _claim("A", 1))
+    assert read_through(log, r, {0: 3}, appended=[first, last]) == 3
+    assert log.fetches == 1
+    assert r.next_position(0) == 3
+
+
+def test_own_records_the_filter_does_not_keep_are_passed_without_a_fetch() -> None:
+    log = CountingLog(partitions=1)
+    r = rationalizer()
+    written = log.append_all([(0, _claim("A"))])
+    assert read_through(log, r, {0: 1}, keep=lambda value: False, appended=written) == 0
+    assert log.fetches == 0
+    assert r.next_position(0) == 1
+    assert r.claim("g", "t", 0).owner is None
