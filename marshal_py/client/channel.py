@@ -22,7 +22,13 @@ from marshal_py.protocol import Checkpoint, Message, coordination_partition
 from marshal_py.protocol.index import CheckpointAt, IndexView, checkpoint_key, encode_entry
 from marshal_py.protocol.messages import CheckpointChunk
 from marshal_py.replay.checkpoints import history_floor, start_from_checkpoints
-from marshal_py.replay.reading import catch_up, follow_once, read_through, replay_start
+from marshal_py.replay.reading import (
+    apply_appended,
+    catch_up,
+    follow_once,
+    read_through,
+    replay_start,
+)
 from marshal_py.world import CoordinationRecord, Outcome, Owner, Rationalizer
 from marshal_py.world.rationalizer import Verdict
 
@@ -261,6 +267,13 @@ class CoordinationChannel:
             targets[record.partition] = max(targets.get(record.partition, 0),
                                             record.position + 1)
         read_through(self.log, self.rationalizer, targets, keep=self.keep, appended=records)
+
+    def apply_own(self, records: Sequence[CoordinationRecord]) -> bool:
+        """Apply ``records`` (ours, just appended by :meth:`append_all`) where they directly
+        follow what was read, with no fetch; the others wait for the next read. True when
+        every one of them was applied."""
+        apply_appended(self.rationalizer, records, self.keep)
+        return all(r.position < self.rationalizer.next_position(r.partition) for r in records)
 
     def append(self, message: Message) -> int:
         """Write a message to its topic's coordination partition; return its broker time.

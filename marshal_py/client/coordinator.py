@@ -51,6 +51,10 @@ class _MemberThread:
         """Start the thread."""
         self._thread.start()
 
+    def is_current(self) -> bool:
+        """True when called on this thread."""
+        return threading.current_thread() is self._thread
+
     def join(self, timeout_s: float = 30.0) -> None:
         """Wait for the thread to end (call after setting ``stop``)."""
         if self._thread.is_alive():

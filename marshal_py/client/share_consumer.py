@@ -10,9 +10,11 @@ with a kafka-python consumer and hands them out, each with its delivery count.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 from marshal_py.client.dead_letters import DeadLetterWriter
@@ -20,12 +22,15 @@ from marshal_py.client.delivery import PollWatch
 from marshal_py.client.fetchers import OpeningFetcher
 from marshal_py.client.member_consumer import MemberConsumer
 from marshal_py.client.share_engine import ShareEngine, ShareStats
+from marshal_py.client.share_handout import ShareRecord, new_share_record
 from marshal_py.errors import BrokerUnavailableError, ConfigurationError, MarshalError
 from marshal_py.log.kafka import KafkaLogConfig
 from marshal_py.protocol.messages import APPLICATION_ACK_KINDS
 
 if TYPE_CHECKING:
     from marshal_py.client.host import MemberHost
+
+__all__ = ["AckMode", "ShareConsumer", "ShareRecord"]
 
 log = logging.getLogger(__name__)
 
@@ -38,21 +43,6 @@ RATE_SAMPLE_S = 0.1
 #: (other members hold what lies between) instead of reading through it.
 SEEK_AHEAD = 100
 TP = tuple[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class ShareRecord:
-    """A record delivered to a share-group member, with its delivery count (1 the first
-    time, more after a release or an elapsed lock)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes]]
-    delivery_count: int
 
 
 class ShareConsumer(MemberConsumer[ShareRecord]):
@@ -94,6 +84,9 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         self._letters = DeadLetterWriter(kafka, engine.config.group_id)
         self.dead_lettered = 0
         self._to_fetch: dict[TP, dict[int, int]] = {}  # acquired, not fetched: offset -> count
+        #: How many of each partition's ``_to_fetch`` the poll under way is fetching: the
+        #: window acquired ahead is counted without them.
+        self._in_poll: dict[TP, int] = {}
         #: The measured hand-out rate (records/s, smoothed) and where it was last sampled.
         self._rate: float | None = None
         self._rate_mark = (time.monotonic(), 0)
@@ -107,6 +100,16 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         #: (or before the next acquisition, which writes them in the same round trip).
         self._acks: deque[tuple[str, int, int, str]] = deque()
         self._watch = PollWatch(engine.config.max_poll_interval_ms)
+        #: True while the coordination thread's acquisition travels with the lock let go;
+        #: the fetching thread, run dry, waits for it (``_acquired``) instead of acquiring.
+        self._acquiring = False
+        self._acquired = threading.Condition(self._lock)
+        engine.appending = self._appending
+        #: Set by the fetching thread when it wakes the coordination thread to acquire
+        #: ahead; the full tick (catch-up, renewals, membership) then waits until it is due.
+        self._acquire_ahead = False
+        self._tick_s = tick_interval_s
+        self._next_tick = 0.0
         self._start_coordination("marshal-share", tick_interval_s)
 
     # -- background: membership, renewals, acknowledgements, pre-claiming -----------------------
@@ -114,6 +117,16 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
     def _step(self) -> None:
         self._hand_acks_over()
         self._watch_poll_interval("its acquired records")
+        now = time.monotonic()
+        ahead, self._acquire_ahead = self._acquire_ahead, False
+        if ahead and now < self._next_tick:
+            # Woken by the fetching thread, its window running low: acquire first (the
+            # acquisition's read-back catches up), the rest of a tick when it is due.
+            if not self._engine.suspended:
+                self._preclaim()
+            self._engine.flush()
+            return
+        self._next_tick = now + self._tick_s
         # Queued acknowledgements ride with this step's acquisitions (one round trip);
         # whatever no acquisition carried is written after them.
         self._engine.tick(flush=False)
@@ -146,17 +159,38 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
     def _after_rejoin(self) -> None:
         self._unacked.clear()  # released when the work was given up
 
+    @contextmanager
+    def _appending(self) -> Iterator[None]:
+        """Around an acquisition's append: on the coordination thread, let the lock go for
+        the round trip, so that the fetching thread goes on handing out, acknowledging and
+        buffering what it fetched (it neither acquires nor reads the log meanwhile: a
+        read of the log before this acquisition's read-back would race it). On the
+        fetching thread (run dry), keep it: the coordination thread may read the log."""
+        if self._thread is None or not self._thread.is_current():
+            yield
+            return
+        self._acquiring = True
+        self._lock.release()
+        try:
+            yield
+        finally:
+            self._lock.acquire()
+            self._acquiring = False
+            self._acquired.notify_all()
+
     def _preclaim(self) -> None:
         """Keep about one window per partition acquired ahead of the application (call with
-        the lock held): the coordination thread does it each tick and whenever the fetching
-        thread wakes it (half a window left), the fetching thread itself when it runs dry."""
+        the lock held), not counting what the poll under way is fetching: the coordination
+        thread does it each tick and whenever the fetching thread wakes it (as a poll takes
+        up what was acquired), the fetching thread itself when it runs dry with no
+        acquisition under way."""
         self._hand_acks_over()
         window = self._window()
         for topic in self.topics:
             count = self._engine.source.partition_count(topic) or 0
             for partition in range(count):
                 waiting = self._to_fetch.setdefault((topic, partition), {})
-                if len(waiting) < window:
+                if len(waiting) - self._in_poll.get((topic, partition), 0) < window:
                     for offset, delivery_count in self._engine.acquire(
                             topic, partition, window, duties=True):
                         waiting[offset] = delivery_count
@@ -183,6 +217,8 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
     def _fetch(self, timeout_s: float) -> None:
         self._settle_previous_batch()
         with self._lock:
+            if not any(self._to_fetch.values()) and self._acquiring:
+                self._acquired.wait_for(lambda: not self._acquiring, timeout_s)
             if not any(self._to_fetch.values()):
                 try:
                     self._preclaim()  # ran dry before the coordination thread's next tick
@@ -193,10 +229,19 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
             wanted = {tp: min(offsets) for tp, offsets in self._to_fetch.items() if offsets}
             # Fetch the first run of consecutive acquired offsets of each partition: what
             # lies past it (other members' regions) is skipped by a seek, not parsed.
-            span = sum(_run_from(self._to_fetch[tp], first) for tp, first in wanted.items())
+            runs = {tp: _run_from(self._to_fetch[tp], first) for tp, first in wanted.items()}
+            span = sum(runs.values())
+            self._in_poll = runs
+            # This poll takes what was acquired; the next window is acquired meanwhile
+            # (while these records are fetched and handed out), not once they are gone.
+            left = sum(len(offsets) for offsets in self._to_fetch.values()) - span
+            ahead = bool(wanted) and left * 2 < self._window()
         if not wanted:
             self._stop.wait(min(timeout_s, 0.05))
             return
+        if ahead and self._thread is not None:
+            self._acquire_ahead = True
+            self._thread.wake()
         assigned = self._fetcher.assignment()
         if set(wanted) != assigned:
             self._fetcher.assign(wanted)
@@ -208,7 +253,10 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
                 position = first
             starts[tp] = position
         # Fetch only as far as the acquired offsets reach: the rest belongs to others.
-        polled = self._poll_data(timeout_s, max(1, min(1_000, span)))
+        try:
+            polled = self._poll_data(timeout_s, max(1, min(1_000, span)))
+        finally:
+            self._in_poll = {}  # (a plain swap: the other thread reads it under the lock)
         duties: list[tuple[Any, int]] = []
         for batch in polled:
             tp, records = (batch.topic, batch.partition), batch.records
@@ -220,19 +268,19 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
                 drops = self._engine.drops
                 # Broker milliseconds to this process's monotonic seconds, once per batch.
                 shift = time.monotonic() - self._engine.clock.now_ms() / 1000
-                fetched = {r.offset for r in records}
+                take, expiry_of, buffer = waiting.pop, expiries.get, self._buffer.append
                 for r in records:
-                    count = waiting.pop(r.offset, None)
-                    if count is not None and r.offset in owed:
+                    offset = r.offset
+                    count = take(offset, None)
+                    if count is None:
+                        continue
+                    if offset in owed:
                         duties.append((r, count))
-                    elif count is not None:
-                        expiry = expiries.get(r.offset)
-                        self._buffer.append((
-                            ShareRecord(r.topic, r.partition, r.offset, r.timestamp, r.key,
-                                        r.value, list(r.headers or []), count),
+                        continue
+                    expiry = expiry_of(offset)
+                    buffer((new_share_record(r.topic, r.partition, offset, r.timestamp, r.key,
+                                          r.value, list(r.headers or ()), count),
                             -1.0 if expiry is None else expiry / 1000 + shift, drops))
-                if len(waiting) * 2 < self._window() and self._thread is not None:
-                    self._thread.wake()  # acquire the next window while these go out
                 if start is None:
                     continue
                 # Acquired offsets this poll passed over that hold no record this member may
@@ -240,8 +288,8 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
                 # compaction) are gaps: the log archives them without counting a delivery,
                 # and the SPSO moves past them. Offsets below where the poll started
                 # (redeliveries acquired meanwhile) wait for the next fetch, which seeks back.
-                gaps = [o for o in waiting if start <= o < batch.next_position
-                        and o not in fetched]
+                # (Every offset fetched was taken out of ``waiting`` above.)
+                gaps = [o for o in waiting if start <= o < batch.next_position]
                 for offset in gaps:
                     del waiting[offset]
                     self._engine.ack(tp[0], tp[1], offset, "gap")
@@ -360,6 +408,8 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
 
     def __enter__(self) -> ShareConsumer:
         return self
+
+
 
 
 def _run_from(offsets: dict[int, int], first: int) -> int:

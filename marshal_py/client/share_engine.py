@@ -12,10 +12,13 @@ from __future__ import annotations
 import logging
 import random
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 
 from marshal_py.client.engine_types import EngineClock, PartitionSource
-from marshal_py.client.member_base import GroupMember, MemberConfig
+from marshal_py.client.member_base import GroupMember
+from marshal_py.client.share_config import ShareConfig, ShareStats
 from marshal_py.client.share_regions import RegionPicker, region_size
 from marshal_py.errors import ConfigurationError, MarshalError
 from marshal_py.log.base import CoordinationLog
@@ -30,63 +33,15 @@ from marshal_py.protocol import (
 )
 from marshal_py.protocol.messages import (
     ALL_ACK_KINDS,
-    DEFAULT_DELIVERY_LIMIT,
-    DEFAULT_INFLIGHT_LIMIT,
-    DEFAULT_LOCK_MS,
-    MAX_DELIVERY_LIMIT,
-    MAX_INFLIGHT_LIMIT,
-    MAX_LOCK_MS,
-    MIN_DELIVERY_LIMIT,
-    MIN_LOCK_MS,
 )
-from marshal_py.world import Rationalizer
+from marshal_py.world import CoordinationRecord, Rationalizer
 from marshal_py.world.share import InFlightRecord, RecordState
+
+__all__ = ["ShareConfig", "ShareEngine", "ShareStats"]
 
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
-
-
-@dataclass(frozen=True)
-class ShareConfig(MemberConfig):
-    """Settings of one share-group member (on top of :class:`MemberConfig`)."""
-
-    lock_ms: int = DEFAULT_LOCK_MS
-    delivery_limit: int = DEFAULT_DELIVERY_LIMIT
-    inflight_limit: int = DEFAULT_INFLIGHT_LIMIT
-    #: Start a new share group at the first record at or after this time (ms), instead of
-    #: ``offset_reset``.
-    start_time_ms: int | None = None
-    batch_size: int = 500
-    #: Where records that reach the delivery limit go (PROTOCOL.md 8.2 rule 9): written into
-    #: the share-partitions this member initializes; the log's topic is the one that counts.
-    dead_letter_topic: str = ""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not MIN_LOCK_MS <= self.lock_ms <= MAX_LOCK_MS:
-            raise ConfigurationError("lock duration must be between 1 s and 1 h")
-        if not MIN_DELIVERY_LIMIT <= self.delivery_limit <= MAX_DELIVERY_LIMIT:
-            raise ConfigurationError("delivery attempt limit must be between 2 and 10")
-        if not 1 <= self.inflight_limit <= MAX_INFLIGHT_LIMIT:
-            raise ConfigurationError(f"in-flight limit must be between 1 and {MAX_INFLIGHT_LIMIT}")
-        if self.batch_size < 1:
-            raise ConfigurationError("batch size must be >= 1")
-
-
-@dataclass
-class ShareStats:
-    """Counters a caller can show or assert on."""
-
-    acquisitions: int = 0
-    records_acquired: int = 0
-    records_void: int = 0
-    acks: dict[str, int] = field(
-        default_factory=lambda: dict.fromkeys(sorted(ALL_ACK_KINDS), 0))
-    #: Dead-letter duties acquired.
-    duties: int = 0
-    renewals: int = 0
-    coordination_records: int = 0
 
 
 class ShareEngine(GroupMember[ShareConfig]):
@@ -116,6 +71,11 @@ class ShareEngine(GroupMember[ShareConfig]):
         #: two ticks of the coordination thread (min(1 s, HI / 5, lock / 10)).
         self._steal_after_ms = 2 * min(1_000, config.heartbeat_interval_ms // 5,
                                        config.lock_ms // 10)
+        #: Entered around an acquisition's append (its round trip): a consumer that guards
+        #: the engine with a lock may let its fetching thread hand records out meanwhile.
+        self.appending: Callable[[], AbstractContextManager[object]] = nullcontext
+        #: Acknowledgements written by :meth:`flush` that could not be applied at once.
+        self._unread_acks: list[CoordinationRecord] = []
 
     def _drop_all(self) -> None:
         self.drops += 1
@@ -251,10 +211,21 @@ class ShareEngine(GroupMember[ShareConfig]):
         if share is None or self._closed or self.suspended or \
                 topic in self.topic_watch.missing:
             return []
+        if self._unread_acks:
+            # Acknowledgements written without a read-back move the SPSO, which bounds
+            # what may be acquired: read them first (one fetch, rarely needed).
+            unread = [r for r in self._unread_acks
+                      if r.position >= self.rationalizer.next_position(r.partition)]
+            self._unread_acks = []
+            if unread:
+                self.channel.read_back(unread)
+            share = self.rationalizer.share_partition(self.config.group_id, topic, partition)
+            if share is None:
+                return []
         wanted = max_records or self.config.batch_size
         now = self.clock.now_ms()
         end = self._end_of(topic, partition, share.speo)
-        limit = min(end, share.spso + share.inflight_limit)
+        limit = min(end, self._spso_after_acks(topic, partition, share.spso) + share.inflight_limit)
         if until is not None:
             limit = min(limit, until)
         mine = self.held.get((topic, partition), {})
@@ -282,7 +253,8 @@ class ShareEngine(GroupMember[ShareConfig]):
         # window (and move the SPSO) before the acquisition applies.
         messages = [*self._acknowledgements(), message]
         self.stats.coordination_records += len(messages)
-        written = self.channel.append_all(messages)
+        with self.appending():
+            written = self.channel.append_all(messages)
         self.stats.acquisitions += 1
         self.channel.read_back(written)  # the log decided which of them are ours
         granted = []
@@ -309,6 +281,15 @@ class ShareEngine(GroupMember[ShareConfig]):
         self.stats.records_void += len(candidates) - len(granted)
         granted.sort()
         return granted
+
+    def _spso_after_acks(self, topic: str, partition: int, spso: int) -> int:
+        """The SPSO once the queued accepts and rejects (written first) apply; the log clips
+        what an acquisition asks past its limit, so the estimate never grants too much."""
+        tp = (topic, partition)
+        done = {*self._pending.get((tp, "accept"), ()), *self._pending.get((tp, "reject"), ())}
+        while spso in done:
+            spso += 1
+        return spso
 
     def _end_of(self, topic: str, partition: int, speo: int) -> int:
         """The partition's end for acquiring new records: the one last asked for, asked again
@@ -359,17 +340,7 @@ class ShareEngine(GroupMember[ShareConfig]):
 
     def ack(self, topic: str, partition: int, offset: int, kind: str = "accept") -> bool:
         """Queue an acknowledgement (written by :meth:`flush`); False if not held."""
-        if kind not in ALL_ACK_KINDS:
-            raise ConfigurationError(f"acknowledgement kind must be one of "
-                                     f"{', '.join(sorted(ALL_ACK_KINDS))}, not {kind!r}")
-        held = self.held.get((topic, partition), {})
-        if offset not in held:
-            return False
-        del held[offset]
-        self.duties.get((topic, partition), {}).pop(offset, None)
-        self._lock_expiry[(topic, partition)].pop(offset, None)
-        self._pending[((topic, partition), kind)].append(offset)
-        return True
+        return self.ack_many(topic, partition, [offset], kind) == 1
 
     def ack_many(self, topic: str, partition: int, offsets: list[int],
                  kind: str = "accept") -> int:
@@ -399,7 +370,11 @@ class ShareEngine(GroupMember[ShareConfig]):
         messages = self._acknowledgements()
         if messages:
             self.stats.coordination_records += len(messages)
-            self.channel.append_all(messages)
+            written = self.channel.append_all(messages)
+            # Applied at once where nothing came between (the SPSO they move counts for
+            # the next acquisition), else read with the next read-back.
+            if not self.channel.apply_own(written):
+                self._unread_acks.extend(written)
 
     def _acknowledgements(self) -> list[Message]:
         """The queued acknowledgements as messages (the queue is emptied)."""

@@ -109,7 +109,7 @@ def read_through(
                 f"appended now got position {end - 1}, but {rationalizer.next_position(p)} "
                 "records had been read; it was deleted and recreated (or truncated), "
                 f"{CoordinationLogLostError.ADVICE}")
-    applied = _apply_appended(rationalizer, appended, keep) if appended else 0
+    applied = apply_appended(rationalizer, appended, keep) if appended else 0
     wanted = {p: end for p, end in targets.items() if rationalizer.next_position(p) < end}
     if not wanted:
         return applied
@@ -117,8 +117,8 @@ def read_through(
     return applied + _read_to(log_, rationalizer, wanted, starts, fetch_timeout_s, None, keep)
 
 
-def _apply_appended(rationalizer: Rationalizer, appended: Sequence[CoordinationRecord],
-                    keep: Keep | None) -> int:
+def apply_appended(rationalizer: Rationalizer, appended: Sequence[CoordinationRecord],
+                   keep: Keep | None) -> int:
     """Apply, without reading them back, the records this reader has just appended to the
     partitions where they directly follow what it has read: the broker placed them at
     consecutive positions beginning at the reader's next one, so no other record lies
