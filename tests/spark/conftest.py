@@ -57,6 +57,7 @@ import pytest
 
 from marshal_py.spark.cluster import StandaloneCluster
 from marshal_py.spark.session import local_session
+from tests.spark.quick_jvm import C1_ONLY, driver_java_options, ensure_archive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,17 +71,15 @@ CLUSTER_WORKERS = 2
 
 # Test jobs are short: the C1 compiler alone (no C2) halves session start and typical test
 # jobs on a loaded 2-core machine (local session 7-9 s instead of 13-15 s, a mixed SQL and
-# Python UDF workload 11-20 s instead of 22-33 s). Not for benchmarks.
-_QUICK_JVM = "-XX:TieredStopAtLevel=1"
+# Python UDF workload 11-20 s instead of 22-33 s), and drivers map Spark's classes from a
+# class-data sharing archive (tests/spark/quick_jvm.py). Not for benchmarks.
 
-LOCAL_SESSION_CONF: dict[str, str | int] = {
-    "spark.driver.extraJavaOptions": _QUICK_JVM,
-}
-"""Settings of the ``spark`` session on top of local_session's."""
+LOCAL_SESSION_CONF: dict[str, str | int] = {}
+"""Settings of the ``spark`` session on top of local_session's (and of the drivers' JVM
+options, :func:`tests.spark.quick_jvm.driver_java_options`)."""
 
 CLUSTER_SESSION_CONF: dict[str, str | int] = {
-    "spark.driver.extraJavaOptions": _QUICK_JVM,
-    "spark.executor.extraJavaOptions": _QUICK_JVM,
+    "spark.executor.extraJavaOptions": C1_ONLY,
     "spark.executor.cores": 1,
     "spark.cores.max": CLUSTER_WORKERS,
     "spark.executor.memory": "512m",
@@ -94,7 +93,8 @@ CLUSTER_SESSION_CONF: dict[str, str | int] = {
     # driver's working directory, not in an executor's).
     "spark.executorEnv.PYTHONPATH": str(ROOT),
 }
-"""Settings of the ``cluster_session`` on top of local_session's."""
+"""Settings of the ``cluster_session`` on top of local_session's (and of the driver's JVM
+options)."""
 
 _CLUSTER_FIXTURES = frozenset({"spark_cluster", "cluster_session"})
 
@@ -164,7 +164,8 @@ class SparkSessions:
         if self.kind == kind and self.session is not None and not _stopped(self.session):
             return self.session
         self.stop()
-        self.session = local_session(f"marshal-tests-{kind}", master, **conf)
+        self.session = local_session(f"marshal-tests-{kind}", master, **{
+            "spark.driver.extraJavaOptions": driver_java_options(), **conf})
         self.kind = kind
         return self.session
 
@@ -185,8 +186,16 @@ def _await_executors(session: SparkSession, count: int) -> None:
         )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _class_archive() -> None:
+    """Make the drivers' class archive (tests/spark/quick_jvm.py) before the first Spark test
+    of the run, once per machine: about 30 s, while any other process making it is not
+    waited for (its drivers start without it meanwhile)."""
+    ensure_archive()
+
+
 @pytest.fixture(scope="session")
-def _spark_sessions() -> Iterator[SparkSessions]:
+def _spark_sessions(_class_archive: None) -> Iterator[SparkSessions]:
     sessions = SparkSessions()
     try:
         yield sessions

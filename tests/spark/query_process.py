@@ -21,6 +21,7 @@ from typing import Any
 
 from marshal_py.spark import register
 from marshal_py.spark.session import local_session
+from tests.spark.quick_jvm import driver_java_options
 
 
 def main() -> None:
@@ -32,7 +33,8 @@ def main() -> None:
     parser.add_argument("--max-per-batch", default="300")
     parser.add_argument("--kafka-output", default=None)
     args = parser.parse_args()
-    spark = local_session(f"query-{args.tag}")
+    spark = local_session(f"query-{args.tag}",
+                          **{"spark.driver.extraJavaOptions": driver_java_options()})
     register(spark)
     out = Path(args.out)
 

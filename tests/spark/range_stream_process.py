@@ -34,6 +34,7 @@ from marshal_py.spark.cluster import StandaloneCluster
 from marshal_py.spark.connector import kafka_connector_conf
 from marshal_py.spark.range_stream import RangeStream, read_stream
 from marshal_py.spark.session import local_session
+from tests.spark.quick_jvm import driver_java_options
 
 
 def main() -> int:
@@ -55,7 +56,7 @@ def main() -> int:
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         master = "local[2]"
-        conf: dict[str, str | int] = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+        conf: dict[str, str | int] = {"spark.driver.extraJavaOptions": driver_java_options()}
         if not args.no_connector:
             conf.update(kafka_connector_conf())
         if args.cluster or args.master:

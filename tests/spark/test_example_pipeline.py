@@ -1,14 +1,16 @@
-"""examples/spark_pipeline.py runs as documented, against the suite's broker."""
+"""examples/spark_pipeline.py runs as documented, against the suite's broker (its driver
+with the test drivers' JVM options: tests/spark/quick_jvm.py)."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.spark.quick_jvm import program_env
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +24,7 @@ def test_example_pipeline_aggregates_every_order(
             [sys.executable, str(EXAMPLE), "--bootstrap-servers", kafka_bootstrap,
              "--topic", unique_name, "--group", f"g-{unique_name}", "--orders", str(orders),
              "--output", str(tmp_path / "out")],
-            capture_output=True, text=True, timeout=300, env=os.environ.copy())
+            capture_output=True, text=True, timeout=300, env=program_env())
         assert result.returncode == 0, result.stderr[-3000:]
         return result.stdout
 
