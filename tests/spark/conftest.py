@@ -189,7 +189,7 @@ def _await_executors(session: SparkSession, count: int) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _class_archive() -> None:
     """Make the drivers' class archive (tests/spark/quick_jvm.py) before the first Spark test
-    of the run, once per machine: about 30 s, while any other process making it is not
+    of the run, once per machine: about 50 s, while any other process making it is not
     waited for (its drivers start without it meanwhile)."""
     ensure_archive()
 

@@ -11,10 +11,10 @@ Kafka relation loads in 0.4 s instead of 0.9-1.4 s. Not for benchmarks.
 
 The archive is made once per machine and per Spark and Java installation (its file name is a
 digest of them) by :func:`ensure_archive`, which the Spark tests call before their first
-session (tests/spark/conftest.py): a driver started with ``-XX:ArchiveClassesAtExit`` starts
-a session with the Kafka connector, runs a small job and exits (about 30 s). The JVM checks an
-archive before mapping it and loads the classes from the jars as usual when it may not use it
-(a driver started while another process is still making it, another Java): the archive
+session (tests/spark/conftest.py): a driver started with ``-XX:ArchiveClassesAtExit`` runs a
+small job of each kind the tests run and exits (40-50 s on a quiet machine). The JVM checks
+an archive before mapping it and loads the classes from the jars as usual when it may not use
+it (a driver started while another process is still making it, another Java): the archive
 changes start-up time only, never what a driver does.
 
     python -m tests.spark.quick_jvm ARCHIVE     # what ensure_archive runs: write ARCHIVE
@@ -32,6 +32,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 from marshal_py.devbroker.jars import default_cache_dir
 
@@ -82,7 +83,7 @@ def program_env() -> dict[str, str]:
 
 
 def ensure_archive() -> Path | None:
-    """Make the class archive unless it exists (once per machine, Spark and Java: about 30 s
+    """Make the class archive unless it exists (once per machine, Spark and Java: about 50 s
     on a quiet machine); return it, or None when it is not there (being made by another
     process, which the caller does not wait for, or not made: with a warning)."""
     path = archive_path()
@@ -131,7 +132,9 @@ def _remove_stale(path: Path) -> None:
 
 def _make(out: Path) -> None:
     """Run a driver that writes the archive of the classes it loaded to ``out`` as it exits:
-    a session with the Kafka connector, a Kafka relation and a SQL job with a shuffle."""
+    a session with the Kafka connector, a Kafka relation, a SQL job with a shuffle, a Python
+    function on Arrow batches, Parquet, and a ``foreachBatch`` stream (a driver of
+    ``format("marshal")`` queries starts 2-3 s sooner with those than without)."""
     from marshal_py.spark.connector import kafka_connector_conf
     from marshal_py.spark.session import local_session
 
@@ -140,10 +143,24 @@ def _make(out: Path) -> None:
     gateway = spark.sparkContext._gateway
     assert gateway is not None
     jvm = gateway.proc
-    (spark.read.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:1")
-     .option("assign", '{"t":[0]}').option("startingOffsets", '{"t":{"0":0}}')
-     .option("endingOffsets", '{"t":{"0":1}}').load())
-    spark.range(1000).selectExpr("id % 7 AS k", "id").groupBy("k").count().collect()
+
+    def count(batch: Any, _: int) -> None:
+        batch.count()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (spark.read.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:1")
+         .option("assign", '{"t":[0]}').option("startingOffsets", '{"t":{"0":0}}')
+         .option("endingOffsets", '{"t":{"0":1}}').load())
+        frame = spark.range(1000).selectExpr("id % 7 AS k", "id")
+        frame.groupBy("k").count().collect()
+        frame.mapInArrow(lambda batches: batches, frame.schema).count()
+        frame.write.parquet(f"{tmp}/parquet")
+        spark.read.parquet(f"{tmp}/parquet").count()
+        query = (spark.readStream.schema(frame.schema).parquet(f"{tmp}/parquet").writeStream
+                 .foreachBatch(count)
+                 .option("checkpointLocation", f"{tmp}/checkpoint")
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(120)
     spark.stop()
     jvm.stdin.close()  # the gateway JVM exits, writing the archive
     jvm.wait(timeout=240)
