@@ -42,6 +42,9 @@ RATE_SAMPLE_S = 0.1
 #: A fetch position more than this many offsets before the next acquired one seeks forward
 #: (other members hold what lies between) instead of reading through it.
 SEEK_AHEAD = 100
+#: How long the coordination thread waits on the log for records that free the in-flight
+#: window when its member ran dry and could acquire nothing.
+STARVED_WAIT_S = 0.05
 TP = tuple[str, int]
 
 
@@ -108,6 +111,8 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         #: Set by the fetching thread when it wakes the coordination thread to acquire
         #: ahead; the full tick (catch-up, renewals, membership) then waits until it is due.
         self._acquire_ahead = False
+        #: Set by the fetching thread when it ran dry and nothing could be acquired.
+        self._starved = False
         self._tick_s = tick_interval_s
         self._next_tick = 0.0
         self._start_coordination("marshal-share", tick_interval_s)
@@ -119,10 +124,15 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         self._watch_poll_interval("its acquired records")
         now = time.monotonic()
         ahead, self._acquire_ahead = self._acquire_ahead, False
-        if ahead and now < self._next_tick:
+        starved, self._starved = self._starved, False
+        if (ahead or starved) and now < self._next_tick:
             # Woken by the fetching thread, its window running low: acquire first (the
-            # acquisition's read-back catches up), the rest of a tick when it is due.
+            # acquisition's read-back catches up), the rest of a tick when it is due. Run
+            # dry with nothing to acquire: first wait (briefly) for the log to bring what
+            # frees the in-flight window.
             if not self._engine.suspended:
+                if starved:
+                    self._engine.channel.follow(STARVED_WAIT_S)
                 self._preclaim()
             self._engine.flush()
             return
@@ -194,6 +204,7 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
                     for offset, delivery_count in self._engine.acquire(
                             topic, partition, window, duties=True):
                         waiting[offset] = delivery_count
+        self._acquired.notify_all()  # a fetching thread run dry waits for this
 
     def _window(self) -> int:
         """Records to acquire at a time: about ``ACQUIRE_AHEAD_S`` of this member's measured
@@ -237,7 +248,7 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
             left = sum(len(offsets) for offsets in self._to_fetch.values()) - span
             ahead = bool(wanted) and left * 2 < self._window()
         if not wanted:
-            self._stop.wait(min(timeout_s, 0.05))
+            self._await_records(min(timeout_s, 0.05))
             return
         if ahead and self._thread is not None:
             self._acquire_ahead = True
@@ -295,6 +306,20 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
                     self._engine.ack(tp[0], tp[1], offset, "gap")
         for record, count in duties:
             self._do_duty(record, count)
+
+    def _await_records(self, timeout_s: float) -> None:
+        """Nothing could be acquired (the in-flight window is full of others' records, or
+        the partition is at its end): have the coordination thread wait on the log for
+        what frees the window (others' acknowledgements) and acquire at once, and wait for
+        that rather than for a clock."""
+        if self._thread is None:
+            self._stop.wait(timeout_s)
+            return
+        self._starved = True
+        self._thread.wake()
+        with self._lock:
+            self._acquired.wait_for(
+                lambda: any(self._to_fetch.values()) or self._stop.is_set(), timeout_s)
 
     def _do_duty(self, record: Any, delivery_count: int) -> None:
         """Write the dead letter the log charged this member with, then say so; on failure
