@@ -31,9 +31,7 @@ from marshal_py.protocol import (
     format_ranges,
     ranges_of,
 )
-from marshal_py.protocol.messages import (
-    ALL_ACK_KINDS,
-)
+from marshal_py.protocol.messages import ALL_ACK_KINDS
 from marshal_py.world import CoordinationRecord, Rationalizer
 from marshal_py.world.share import InFlightRecord, RecordState
 
@@ -374,7 +372,9 @@ class ShareEngine(GroupMember[ShareConfig]):
             # Applied at once where nothing came between (the SPSO they move counts for
             # the next acquisition), else read with the next read-back.
             if not self.channel.apply_own(written):
-                self._unread_acks.extend(written)
+                following = self.rationalizer.next_position
+                self._unread_acks = [r for r in (*self._unread_acks, *written)
+                                     if r.position >= following(r.partition)]
 
     def _acknowledgements(self) -> list[Message]:
         """The queued acknowledgements as messages (the queue is emptied)."""
