@@ -747,10 +747,206 @@ static PyTypeObject CommitterType = {
 };
 
 
+/* Part 3. share_batch(): what a share member's fetching thread does with each record a poll
+ * returned (Python build: marshal_py/client/share_handout.py, share_batch_py): take the
+ * record's offset out of ``waiting`` (acquired, not yet fetched: offset -> delivery count),
+ * skip it when it was not there; a dead-letter duty (``owed``) goes to ``duties`` as
+ * (record, count); any other becomes a ShareRecord, appended to the buffer as (record, the
+ * monotonic time its lock surely holds until or -1.0, drops). The ShareRecord's slots are
+ * written by their offsets, found once from the type's member descriptors. */
+
+static PyTypeObject *share_type_cached;
+static Py_ssize_t share_slots[8];
+static const char *share_slot_names[8] = {
+    "topic", "partition", "offset", "timestamp", "key", "value", "headers", "delivery_count"};
+
+static int
+share_slot_offsets(PyTypeObject *type)
+{
+    if (type == share_type_cached) {
+        return 0;
+    }
+    for (int i = 0; i < 8; i++) {
+        PyObject *descr = PyDict_GetItemString(type->tp_dict, share_slot_names[i]);
+        if (descr == NULL || Py_TYPE(descr) != &PyMemberDescr_Type) {
+            PyErr_Format(PyExc_TypeError, "%s has no slot %s", type->tp_name,
+                         share_slot_names[i]);
+            return -1;
+        }
+        share_slots[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    share_type_cached = type;
+    return 0;
+}
+
+/* The record's headers as a new list (a copy; None or empty: []). */
+static PyObject *
+headers_list(PyObject *raw)
+{
+    PyObject *copy;
+    if (raw == NULL) {
+        return NULL;
+    }
+    copy = raw == Py_None ? PyList_New(0) : PySequence_List(raw);
+    Py_DECREF(raw);
+    return copy;
+}
+
+static PyObject *
+make_share_record(PyTypeObject *type, PyObject *r, PyObject *offset, PyObject *count)
+{
+    PyObject *values[8] = {NULL};
+    PyObject *record;
+    if (Py_TYPE(r) == &RecordType) {
+        Record *c = (Record *)r;
+        values[0] = Py_NewRef(c->topic);
+        values[1] = Py_NewRef(c->partition);
+        values[3] = Record_timestamp(c, NULL);
+        values[4] = values[3] ? Record_key(c, NULL) : NULL;
+        values[5] = values[4] ? Record_value(c, NULL) : NULL;
+        values[6] = values[5] ? headers_list(call_message(c, s_headers)) : NULL;
+    } else {
+        values[0] = PyObject_GetAttr(r, s_topic);
+        values[1] = values[0] ? PyObject_GetAttr(r, s_partition) : NULL;
+        values[3] = values[1] ? PyObject_GetAttr(r, s_timestamp) : NULL;
+        values[4] = values[3] ? PyObject_GetAttr(r, s_key) : NULL;
+        values[5] = values[4] ? PyObject_GetAttr(r, s_value) : NULL;
+        values[6] = values[5] ? headers_list(PyObject_GetAttr(r, s_headers)) : NULL;
+    }
+    values[2] = Py_NewRef(offset);
+    values[7] = Py_NewRef(count);
+    record = values[6] ? type->tp_alloc(type, 0) : NULL;
+    if (record == NULL) {
+        for (int i = 0; i < 8; i++) {
+            Py_XDECREF(values[i]);
+        }
+        return NULL;
+    }
+    for (int i = 0; i < 8; i++) {
+        *(PyObject **)((char *)record + share_slots[i]) = values[i];  /* steals */
+    }
+    return record;
+}
+
+static PyObject *
+share_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *records, *waiting, *owed, *expiries, *append, *duties, *drops;
+    PyTypeObject *type;
+    double shift;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "share_batch() takes 8 arguments");
+        return NULL;
+    }
+    records = args[0];
+    waiting = args[1];
+    owed = args[2];
+    expiries = args[3];
+    shift = PyFloat_AsDouble(args[4]);
+    drops = args[5];
+    append = args[6];
+    type = (PyTypeObject *)args[7];
+    if (shift == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!PyList_Check(records) || !PyDict_Check(waiting) || !PyDict_Check(owed)
+            || !PyDict_Check(expiries) || !PyType_Check(args[7])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "share_batch(list, dict, dict, dict, float, drops, append, type)");
+        return NULL;
+    }
+    if (share_slot_offsets(type) < 0) {
+        return NULL;
+    }
+    duties = PyList_New(0);
+    if (duties == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(records); i++) {
+        PyObject *r = PyList_GET_ITEM(records, i);
+        PyObject *offset, *count, *expiry, *record, *until, *entry, *done;
+        int is_owed;
+        offset = Py_TYPE(r) == &RecordType ? Py_NewRef(((Record *)r)->offset)
+                                           : PyObject_GetAttr(r, s_offset);
+        if (offset == NULL) {
+            goto error;
+        }
+        count = PyDict_GetItemWithError(waiting, offset);
+        if (count == NULL) {
+            Py_DECREF(offset);
+            if (PyErr_Occurred()) {
+                goto error;
+            }
+            continue;
+        }
+        Py_INCREF(count);
+        if (PyDict_DelItem(waiting, offset) < 0) {
+            Py_DECREF(count);
+            Py_DECREF(offset);
+            goto error;
+        }
+        is_owed = PyDict_Contains(owed, offset);
+        if (is_owed != 0) {
+            PyObject *pair = is_owed > 0 ? PyTuple_Pack(2, r, count) : NULL;
+            int failed = pair == NULL || PyList_Append(duties, pair) < 0;
+            Py_XDECREF(pair);
+            Py_DECREF(count);
+            Py_DECREF(offset);
+            if (failed) {
+                goto error;
+            }
+            continue;
+        }
+        expiry = PyDict_GetItemWithError(expiries, offset);
+        if (expiry == NULL && PyErr_Occurred()) {
+            Py_DECREF(count);
+            Py_DECREF(offset);
+            goto error;
+        }
+        if (expiry == NULL || expiry == Py_None) {
+            until = PyFloat_FromDouble(-1.0);
+        } else {
+            double ms = PyFloat_AsDouble(expiry);  /* (an int: converted) */
+            until = ms == -1.0 && PyErr_Occurred() ? NULL
+                                                   : PyFloat_FromDouble(ms / 1000 + shift);
+        }
+        record = until ? make_share_record(type, r, offset, count) : NULL;
+        Py_DECREF(count);
+        Py_DECREF(offset);
+        if (record == NULL) {
+            Py_XDECREF(until);
+            goto error;
+        }
+        entry = PyTuple_New(3);
+        if (entry == NULL) {
+            Py_DECREF(record);
+            Py_DECREF(until);
+            goto error;
+        }
+        PyTuple_SET_ITEM(entry, 0, record);
+        PyTuple_SET_ITEM(entry, 1, until);
+        PyTuple_SET_ITEM(entry, 2, Py_NewRef(drops));
+        done = PyObject_CallOneArg(append, entry);
+        Py_DECREF(entry);
+        if (done == NULL) {
+            goto error;
+        }
+        Py_DECREF(done);
+    }
+    return duties;
+error:
+    Py_DECREF(duties);
+    return NULL;
+}
+
+
 static PyMethodDef module_methods[] = {
     {"split", (PyCFunction)(void (*)(void))split, METH_FASTCALL,
      "split(messages, one_topic): the ConfluentRecords of a consume() result in runs of one "
      "partition, [(topic, partition, records)]; None when a message carries an error."},
+    {"share_batch", (PyCFunction)(void (*)(void))share_batch, METH_FASTCALL,
+     "share_batch(records, waiting, owed, expiries, shift, drops, append, share_type): a "
+     "share member's fetched records into its buffer; returns the duties [(record, count)]."},
     {NULL},
 };
 

@@ -20,6 +20,10 @@ class ConfluentRecord:
 def split(messages: list[Any], one_topic: bool
           ) -> list[tuple[str, int, list[ConfluentRecord]]] | None: ...
 
+def share_batch(records: list[Any], waiting: dict[int, int], owed: dict[int, Any],
+                expiries: dict[int, int], shift: float, drops: int, append: Any,
+                share_type: type) -> list[tuple[Any, int]]: ...
+
 class CursorCore:
     expect: int
     end: int

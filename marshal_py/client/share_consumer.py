@@ -22,7 +22,7 @@ from marshal_py.client.delivery import PollWatch
 from marshal_py.client.fetchers import OpeningFetcher
 from marshal_py.client.member_consumer import MemberConsumer
 from marshal_py.client.share_engine import ShareEngine, ShareStats
-from marshal_py.client.share_handout import ShareRecord, new_share_record
+from marshal_py.client.share_handout import ShareRecord, share_batch
 from marshal_py.errors import BrokerUnavailableError, ConfigurationError, MarshalError
 from marshal_py.log.kafka import KafkaLogConfig
 from marshal_py.protocol.messages import APPLICATION_ACK_KINDS
@@ -279,19 +279,9 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
                 drops = self._engine.drops
                 # Broker milliseconds to this process's monotonic seconds, once per batch.
                 shift = time.monotonic() - self._engine.clock.now_ms() / 1000
-                take, expiry_of, buffer = waiting.pop, expiries.get, self._buffer.append
-                for r in records:
-                    offset = r.offset
-                    count = take(offset, None)
-                    if count is None:
-                        continue
-                    if offset in owed:
-                        duties.append((r, count))
-                        continue
-                    expiry = expiry_of(offset)
-                    buffer((new_share_record(r.topic, r.partition, offset, r.timestamp, r.key,
-                                          r.value, list(r.headers or ()), count),
-                            -1.0 if expiry is None else expiry / 1000 + shift, drops))
+                duties += share_batch(records if type(records) is list else list(records),
+                                      waiting, owed, expiries, shift, drops,
+                                      self._buffer.append, ShareRecord)
                 if start is None:
                     continue
                 # Acquired offsets this poll passed over that hold no record this member may

@@ -1,9 +1,15 @@
-"""The record a share-group member hands out (:class:`ShareRecord`), and a fast way to make one."""
+"""The record a share-group member hands out (:class:`ShareRecord`), and how a member's
+fetching thread turns what a poll returned into them (:data:`share_batch`: the C build in
+``marshal_py.client._fastpath`` when it was compiled, else :func:`share_batch_py`, the same
+behaviour; ``tests/unit/test_share_handout.py`` runs both on the same inputs)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from marshal_py.client.fastpath import compiled_module
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +54,35 @@ def _share_record_builder() -> Callable[..., ShareRecord]:
 
 
 new_share_record = _share_record_builder()
+
+
+def share_batch_py(records: list[Any], waiting: dict[int, int], owed: dict[int, Any],
+                   expiries: dict[int, int], shift: float, drops: int,
+                   append: Callable[[tuple[ShareRecord, float, int]], object],
+                   share_type: type[ShareRecord] = ShareRecord) -> list[tuple[Any, int]]:
+    """What a share member's fetching thread does with the records of one poll: each whose
+    offset is in ``waiting`` (acquired, not fetched: offset -> delivery count) is taken out
+    of it; a dead-letter duty (in ``owed``) is returned as (record, count); any other is
+    passed to ``append`` as (its :class:`ShareRecord`, the monotonic time its lock surely
+    holds until -- its expiry in broker ms, shifted by ``shift`` -- or -1.0, ``drops``)."""
+    duties: list[tuple[Any, int]] = []
+    take, expiry_of = waiting.pop, expiries.get
+    for r in records:
+        offset = r.offset
+        count = take(offset, None)
+        if count is None:
+            continue
+        if offset in owed:
+            duties.append((r, count))
+            continue
+        expiry = expiry_of(offset)
+        append((new_share_record(r.topic, r.partition, offset, r.timestamp, r.key, r.value,
+                                 list(r.headers or ()), count),
+                -1.0 if expiry is None else expiry / 1000 + shift, drops))
+    return duties
+
+
+_compiled = compiled_module()
+#: :func:`share_batch_py`, in C when the extension was built.
+share_batch: Callable[..., list[tuple[Any, int]]] = \
+    _compiled.share_batch if _compiled is not None else share_batch_py

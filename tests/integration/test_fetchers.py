@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 
+from marshal_py import Marshaler
 from marshal_py.client.confluent_fetcher import librdkafka_config
 from marshal_py.client.confluent_records import ConfluentRecord
 from marshal_py.client.fetchers import (
@@ -247,3 +248,35 @@ def test_kafka_python_settings_become_librdkafka_properties(
         librdkafka_config(KafkaLogConfig(kafka_config={"ssl_context": object()}))
     with pytest.raises(ConfigurationError, match="unknown fetcher"):
         open_fetcher("java", KafkaLogConfig())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", FETCHER_KINDS)
+def test_a_share_member_hands_out_every_record_as_fetched(kafka_bootstrap: str, topic: str,
+                                                          kind: FetcherKind) -> None:
+    """A share member builds its ShareRecords from either fetcher's records (in C where the
+    extension is built): every record once, its key, value, headers and timestamp as the
+    fetcher read them, delivery count 1."""
+    config = KafkaLogConfig(bootstrap_servers=kafka_bootstrap, timeout_s=10)
+    reader = open_fetcher(kind, config)
+    try:
+        reader.assign([(topic, p) for p in range(PARTITIONS)])
+        expected = {(r.partition, r.offset): (r.key, r.value, list(r.headers or []),
+                                              r.timestamp)
+                    for b in drain(reader, PARTITIONS * PER_PARTITION, 500) for r in b.records}
+    finally:
+        reader.close()
+    group = f"{topic}.share-{kind}"
+    with Marshaler(kafka_bootstrap, group, "w1", heartbeat_interval=1.0,
+                   coordination_topic=f"__marshal-{group}", fetcher=kind) as m:
+        consumer = m.consumer([topic], "share", offset_reset="earliest",
+                              acknowledgement="explicit")
+        got: dict[tuple[int, int], Any] = {}
+        deadline = time.monotonic() + 60
+        while len(got) < len(expected) and time.monotonic() < deadline:
+            for record in consumer.poll(timeout_s=0.5):
+                assert (record.partition, record.offset) not in got
+                got[(record.partition, record.offset)] = record
+                consumer.ack(record, "accept")
+        consumer.close()
+    assert {key: (r.key, r.value, r.headers, r.timestamp) for key, r in got.items()} == expected
+    assert {(r.topic, r.delivery_count) for r in got.values()} == {(topic, 1)}
