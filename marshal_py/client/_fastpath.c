@@ -1,13 +1,16 @@
-/* marshal_py.client._fastpath: the per-record work of an exclusive consumer, in C.
+/* marshal_py.client._fastpath: the per-record work of a consumer, in C.
  *
- * Two parts, each with a Python build of the same behaviour that is used when this
- * extension was not built (tests/unit/test_fastpath.py runs both on the same inputs):
+ * Three parts, each with a Python build of the same behaviour that is used when this
+ * extension was not built (tests/unit/test_fastpath.py and test_share_handout.py run both on
+ * the same inputs):
  *
  * 1. ConfluentRecord and split(): the librdkafka fetcher's records (Python build:
  *    marshal_py/client/confluent_fetcher.py).
  * 2. CursorCore and Committer: at-least-once commit(record) in order, the one call an
  *    application makes per record (Python build: marshal_py/client/fastpath.py). Everything but the in-order case goes to the Python
  *    code, which keeps the rules; the C code only does what that code's fast path does.
+ * 3. share_batch(): a share member's fetched records into the ShareRecords it hands out
+ *    (Python build: marshal_py/client/share_handout.py).
  *
  * Part 1.
  * A ConfluentRecord holds what a fetch made of one librdkafka message: its topic, partition
