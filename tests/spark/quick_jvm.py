@@ -104,6 +104,9 @@ def ensure_archive() -> Path | None:
         if path.is_file():
             return path
         _remove_stale(path)
+        # Never write an archive in place: running JVMs map it, and one whose mapping is
+        # truncated under it dies of SIGBUS. Made under another name, then renamed (and old
+        # ones unlinked): a JVM keeps the file it mapped.
         made = path.with_name(f".{path.name}.{os.getpid()}")
         with tempfile.TemporaryFile() as log:
             done = subprocess.run([sys.executable, "-m", "tests.spark.quick_jvm", str(made)],
