@@ -230,7 +230,9 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         with self._lock:
             if not any(self._to_fetch.values()) and self._acquiring:
                 self._acquired.wait_for(lambda: not self._acquiring, timeout_s)
-            if not any(self._to_fetch.values()):
+            # Never while the coordination thread's append travels (a slow broker can hold
+            # it past the wait): this thread would read the log past the record it awaits.
+            if not any(self._to_fetch.values()) and not self._acquiring:
                 try:
                     self._preclaim()  # ran dry before the coordination thread's next tick
                 except BrokerUnavailableError as exc:
