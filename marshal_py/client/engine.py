@@ -214,11 +214,21 @@ class MemberEngine(Balancing):
         return not claim.is_held(now)
 
     def reclaim_pending(self) -> bool:
-        """True while partitions held under our client id by a previous process wait to be
-        taken back (at most until they go stale)."""
-        if self._reclaim_after_ms is None:
-            return False
-        return self.clock.now_ms() < self._reclaim_after_ms or bool(self._predecessor_claims())
+        """True while partitions of a previous process of our client id wait to be taken
+        back: held by it (at most until they go stale), or released by it less than one HI
+        ago and taken by no one since (a client claims what it released only one HI later,
+        PROTOCOL.md 7: a process restarted at once would otherwise settle holding none)."""
+        now = self.clock.now_ms()
+        if self._reclaim_after_ms is not None and (
+                now < self._reclaim_after_ms or self._predecessor_claims()):
+            return True
+        me = self.me
+        return any(claim.owner is None and claim.released_by is not None
+                   and claim.released_by != me and claim.released_by.client_id == me.client_id
+                   and claim.last_release_ms is not None
+                   and now - claim.last_release_ms < self.hi
+                   for topic in self.config.topics
+                   for claim in self.rationalizer.claims(self.config.group_id, topic))
 
     def _predecessor_claims(self) -> list[PartitionClaim]:
         now = self.clock.now_ms()

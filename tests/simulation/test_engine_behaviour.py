@@ -410,3 +410,23 @@ def test_a_won_claim_whose_take_up_failed_is_claimed_again_at_the_next_step() ->
     w.clock.advance(100)
     a.tick()  # claims its own claims again (a renewal) and takes them up
     assert held(a) == [0, 1]
+
+
+def test_a_process_restarted_right_after_a_clean_close_waits_to_take_back_what_it_released(
+        ) -> None:
+    """A client claims what it released only one HI later (PROTOCOL.md 7); a batch member
+    restarted at once under the same client id (a Spark stream run again in its driver)
+    counts those partitions as still to be taken back, so its wait_settled does not end
+    holding none."""
+    w = World(partitions=3)
+    old = w.member("a", instance="00000001")
+    w.run([old], 300)
+    assert held(old) == [0, 1, 2]
+    old.close()  # releases every partition
+    new = w.member("a", instance="00000002")
+    w.run([new], HI // 2)
+    assert held(new) == []  # not within one HI of the release
+    assert new.reclaim_pending()
+    w.run([new], HI)
+    assert held(new) == [0, 1, 2]
+    assert not new.reclaim_pending()
