@@ -256,6 +256,10 @@ class RunResult:
     late_completions: int = 0
     consumer_errors: int = 0
     incarnations: int = 0
+    #: Records the producer was told were written (committed, with transactional input) that
+    #: the topic no longer holds when the run is checked: the broker lost them (a single
+    #: node killed -9 may come back without its last acknowledged writes).
+    broker_lost: int = 0
     #: Per broker restart: seconds from the broker answering again to the next hand-out,
     #: and to the next record the producer got acknowledged.
     resumed_after_broker_s: list[float] = field(default_factory=list)
@@ -285,7 +289,7 @@ class RunResult:
             "redeliveries": self.redeliveries, "archived": self.archived,
             "unconsumed": self.unconsumed, "late_completions": self.late_completions,
             "consumer_errors": self.consumer_errors, "incarnations": self.incarnations,
-            "faults": dict(self.faults),
+            "broker_lost": self.broker_lost, "faults": dict(self.faults),
             "resumed_after_broker_s": [round(x, 2) for x in self.resumed_after_broker_s],
             "producer_resumed_after_broker_s": [
                 round(x, 2) for x in self.producer_resumed_after_broker_s],
@@ -369,6 +373,7 @@ def check(data: RunData, view: LogView | None = None) -> RunResult:
             result.consumer_errors += 1
             result.warnings.append(f"consumer {inc.name} raised: {error}")
     missing = [tp for tp in data.produced if tp not in truth]
+    result.broker_lost = len(missing)
     if missing:
         result.warnings.append(
             f"{len(missing)} acknowledged records are missing from the topic (the broker lost "

@@ -43,13 +43,16 @@ def test_a_short_campaign_violates_no_guarantee(broker: DevBroker, mode: str,
     result = outcome.result
     assert result.ok, run_line(outcome, 1)
     assert dict(result.faults) == {"kill": 1, "stop": 1, "broker": 1}
+    # Every record produced is in the topic, or was acknowledged and then lost by the
+    # broker (a single node killed -9 can come back without its last acknowledged writes:
+    # the checker names them; nothing a member does can lose a record from the topic).
     if mode in TRANSACTIONAL_MODES:
         # A transaction whose commit the broker's restart left unanswered is sent again
         # (chaos/producer.py): the topic may hold a committed copy of it, and the checker
         # takes the topic's committed records as the truth.
-        assert result.records >= RECORDS
+        assert result.records + result.broker_lost >= RECORDS
     else:
-        assert result.records == RECORDS
+        assert result.records + result.broker_lost == RECORDS
     assert result.handed_out >= (RECORDS if mode != "amo" else RECORDS - 200)
     if mode in ("alo", "key-shared", "share", "eos"):
         assert result.lost == 0

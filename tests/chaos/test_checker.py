@@ -516,3 +516,18 @@ def test_an_unknown_mode_is_refused() -> None:
     meta = RunMeta("exactly-once", G, T, 1, COORDINATION_PARTITIONS, HI)
     with pytest.raises(ValueError, match="unknown mode"):
         check(RunData(meta, [], [], [], [], []))
+
+
+def test_acknowledged_records_the_topic_no_longer_holds_are_counted_as_lost_by_the_broker(
+        ) -> None:
+    log = Log().at(0, claim(A)).at(10, beat(A, 0)).at(900, release(A, 3))
+    a = Journal(A)
+    for o in range(3):
+        a.deliver(100 + 50 * o, o)
+    meta = RunMeta("alo", G, T, 1, COORDINATION_PARTITIONS, HI, 5)
+    produced = [(0, o) for o in range(4)]  # offset 3 acknowledged, then lost by the broker
+    result = check(RunData(meta, topic(3), produced, [a.incarnation()], [], log.records))
+    assert result.ok, result.violations
+    assert (result.records, result.broker_lost) == (3, 1)
+    assert any("the broker lost them" in w for w in result.warnings)
+    assert result.to_dict()["broker_lost"] == 1

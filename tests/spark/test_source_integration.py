@@ -10,6 +10,7 @@ log: the next run re-runs it).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -90,7 +91,10 @@ class Query:
                     for r in batch.select("partition", "offset", "delivery_count").collect()]
             if after_read is not None:
                 after_read(batch_id, [(p, o, c) for p, o, c in rows])
-            (out / f"run{run}-batch{batch_id:05d}.json").write_text(json.dumps(rows))
+            # Written aside, then renamed: the test reads the directory while batches land.
+            tmp = out / f".run{run}-batch{batch_id:05d}.tmp"
+            tmp.write_text(json.dumps(rows))
+            os.replace(tmp, out / f"run{run}-batch{batch_id:05d}.json")
 
         writer = (reader.load().writeStream.foreachBatch(sink)
                   .option("checkpointLocation", str(self.checkpoint)))
