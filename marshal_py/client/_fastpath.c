@@ -943,6 +943,80 @@ error:
 }
 
 
+/* Part 4. skip_records(): a kafka-python record batch's records below a fetch position,
+ * passed by their lengths and offset deltas only (Python build:
+ * marshal_py/client/fetch_skipping.py, skip_records_py). */
+
+/* Kafka's zigzag varint at *pos (advanced); 0 when it runs past end or past 64 bits. */
+static int
+read_varint(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, long long *value)
+{
+    unsigned long long result = 0;
+    int shift = 0;
+    while (*pos < end) {
+        unsigned char byte = buf[(*pos)++];
+        result |= (unsigned long long)(byte & 0x7F) << shift;
+        if (byte < 0x80) {
+            *value = (long long)(result >> 1) ^ -(long long)(result & 1);
+            return 1;
+        }
+        shift += 7;
+        if (shift > 63) {
+            return 0;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+skip_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    Py_ssize_t pos, index, count, size;
+    long long base, start, length, delta, ignored;
+    const unsigned char *buf;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "skip_records() takes 6 arguments");
+        return NULL;
+    }
+    pos = PyLong_AsSsize_t(args[1]);
+    index = PyLong_AsSsize_t(args[2]);
+    count = PyLong_AsSsize_t(args[3]);
+    base = PyLong_AsLongLong(args[4]);
+    start = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    buf = (const unsigned char *)view.buf;
+    size = view.len;
+    while (index < count) {
+        Py_ssize_t at = pos, after;
+        if (!read_varint(buf, size, &at, &length) || length < 0 || at + length > size) {
+            goto corrupt;
+        }
+        after = at + (Py_ssize_t)length;
+        at += 1;  /* attributes: one byte */
+        if (!read_varint(buf, after, &at, &ignored) || !read_varint(buf, after, &at, &delta)) {
+            goto corrupt;
+        }
+        if (base + delta >= start) {
+            break;
+        }
+        pos = after;
+        index++;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nn)", pos, index);
+corrupt:
+    PyBuffer_Release(&view);
+    PyErr_SetString(PyExc_ValueError, "a record runs past its batch");
+    return NULL;
+}
+
+
 static PyMethodDef module_methods[] = {
     {"split", (PyCFunction)(void (*)(void))split, METH_FASTCALL,
      "split(messages, one_topic): the ConfluentRecords of a consume() result in runs of one "
@@ -950,6 +1024,10 @@ static PyMethodDef module_methods[] = {
     {"share_batch", (PyCFunction)(void (*)(void))share_batch, METH_FASTCALL,
      "share_batch(records, waiting, owed, expiries, shift, drops, append, share_type): a "
      "share member's fetched records into its buffer; returns the duties [(record, count)]."},
+    {"skip_records", (PyCFunction)(void (*)(void))skip_records, METH_FASTCALL,
+     "skip_records(buffer, pos, index, count, base_offset, start): where a record batch's "
+     "first record at or after start begins, (pos, index); ValueError when a record runs "
+     "past the batch."},
     {NULL},
 };
 
