@@ -943,9 +943,10 @@ error:
 }
 
 
-/* Part 4. skip_records(): a kafka-python record batch's records below a fetch position,
- * passed by their lengths and offset deltas only (Python build:
- * marshal_py/client/fetch_skipping.py, skip_records_py). */
+/* Part 4. decode_records(): the records of a kafka-python record batch (message format 2,
+ * already decompressed) from byte pos, as kafka-python's ConsumerRecords, those below the
+ * fetch position passed undecoded (Python build: marshal_py/client/fetch_decoding.py,
+ * decode_records_py). */
 
 /* Kafka's zigzag varint at *pos (advanced); 0 when it runs past end or past 64 bits. */
 static int
@@ -968,23 +969,56 @@ read_varint(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, long long
     return 0;
 }
 
+
+/* A length-prefixed byte string (length -1: None) at *pos, before end; NULL on error. */
 static PyObject *
-skip_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+read_bytes(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, long long *length)
+{
+    PyObject *out;
+    if (!read_varint(buf, end, pos, length) || *length > end - *pos) {
+        PyErr_SetString(PyExc_ValueError, "a field runs past its record");
+        return NULL;
+    }
+    if (*length < 0) {
+        *length = -1;
+        Py_RETURN_NONE;
+    }
+    out = PyBytes_FromStringAndSize((const char *)buf + *pos, (Py_ssize_t)*length);
+    *pos += (Py_ssize_t)*length;
+    return out;
+}
+
+static PyObject *
+decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer view;
-    Py_ssize_t pos, index, count, size;
-    long long base, start, length, delta, ignored;
+    Py_ssize_t pos, index, count, size, limit;
+    long long base, first_ts, append_ts, start;
+    int log_append;
+    PyObject *prefix, *record_type, *ts_type, *out = NULL;
     const unsigned char *buf;
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "skip_records() takes 6 arguments");
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "decode_records() takes 12 arguments");
         return NULL;
     }
     pos = PyLong_AsSsize_t(args[1]);
     index = PyLong_AsSsize_t(args[2]);
     count = PyLong_AsSsize_t(args[3]);
     base = PyLong_AsLongLong(args[4]);
-    start = PyLong_AsLongLong(args[5]);
-    if (PyErr_Occurred()) {
+    first_ts = PyLong_AsLongLong(args[5]);
+    log_append = PyObject_IsTrue(args[6]);  /* LogAppendTime: every record's is max_ts */
+    append_ts = PyLong_AsLongLong(args[7]);
+    start = PyLong_AsLongLong(args[8]);
+    limit = PyLong_AsSsize_t(args[9]);
+    prefix = args[10];  /* (topic, partition, leader_epoch) */
+    record_type = args[11];
+    if (PyErr_Occurred() || log_append < 0) {
+        return NULL;
+    }
+    if (!PyTuple_Check(prefix) || PyTuple_GET_SIZE(prefix) != 3 || !PyType_Check(record_type)
+            || !PyType_IsSubtype((PyTypeObject *)record_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "decode_records(): prefix must be a 3-tuple, record_type a tuple type");
         return NULL;
     }
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
@@ -992,27 +1026,133 @@ skip_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     buf = (const unsigned char *)view.buf;
     size = view.len;
-    while (index < count) {
+    ts_type = PyLong_FromLong(log_append);
+    out = PyList_New(0);
+    if (out == NULL || ts_type == NULL) {
+        goto error;
+    }
+    while (index < count && PyList_GET_SIZE(out) < limit) {
         Py_ssize_t at = pos, after;
-        if (!read_varint(buf, size, &at, &length) || length < 0 || at + length > size) {
-            goto corrupt;
+        long long length, ts_delta, offset_delta, key_len, value_len, header_count;
+        PyObject *key = NULL, *value = NULL, *headers = NULL, *record, *items[13];
+        long long header_size = 0;
+        int i;
+        if (!read_varint(buf, size, &at, &length) || length < 0 || length > size - at) {
+            PyErr_SetString(PyExc_ValueError, "a record runs past its batch");
+            goto error;
         }
         after = at + (Py_ssize_t)length;
         at += 1;  /* attributes: one byte */
-        if (!read_varint(buf, after, &at, &ignored) || !read_varint(buf, after, &at, &delta)) {
-            goto corrupt;
+        if (at > after || !read_varint(buf, after, &at, &ts_delta)
+                || !read_varint(buf, after, &at, &offset_delta)) {
+            PyErr_SetString(PyExc_ValueError, "a record runs past its batch");
+            goto error;
         }
-        if (base + delta >= start) {
-            break;
+        if (base + offset_delta < start) {  /* below the fetch position: not decoded */
+            pos = after;
+            index++;
+            continue;
         }
+        key = read_bytes(buf, after, &at, &key_len);
+        if (key == NULL) {
+            goto error;
+        }
+        value = read_bytes(buf, after, &at, &value_len);
+        if (value == NULL || !read_varint(buf, after, &at, &header_count)
+                || header_count < 0) {
+            if (value != NULL) {
+                PyErr_SetString(PyExc_ValueError, "a record's header count is invalid");
+            }
+            Py_DECREF(key);
+            Py_XDECREF(value);
+            goto error;
+        }
+        headers = PyList_New(0);
+        if (headers == NULL) {
+            Py_DECREF(key);
+            Py_DECREF(value);
+            goto error;
+        }
+        while (header_count-- > 0) {
+            long long h_key_len, h_value_len;
+            PyObject *h_key, *h_value, *pair;
+            if (!read_varint(buf, after, &at, &h_key_len) || h_key_len < 0
+                    || h_key_len > after - at) {
+                PyErr_SetString(PyExc_ValueError, "a record header's key is invalid");
+                goto record_error;
+            }
+            h_key = PyUnicode_DecodeUTF8((const char *)buf + at, (Py_ssize_t)h_key_len,
+                                         "strict");
+            if (h_key == NULL) {
+                goto record_error;
+            }
+            at += (Py_ssize_t)h_key_len;
+            h_value = read_bytes(buf, after, &at, &h_value_len);
+            if (h_value == NULL) {
+                Py_DECREF(h_key);
+                goto record_error;
+            }
+            header_size += h_key_len + (h_value_len > 0 ? h_value_len : 0);
+            pair = PyTuple_Pack(2, h_key, h_value);
+            Py_DECREF(h_key);
+            Py_DECREF(h_value);
+            if (pair == NULL || PyList_Append(headers, pair) < 0) {
+                Py_XDECREF(pair);
+                goto record_error;
+            }
+            Py_DECREF(pair);
+        }
+        if (at != after) {
+            PyErr_SetString(PyExc_ValueError, "a record's size does not match its fields");
+            goto record_error;
+        }
+        items[0] = Py_NewRef(PyTuple_GET_ITEM(prefix, 0));
+        items[1] = Py_NewRef(PyTuple_GET_ITEM(prefix, 1));
+        items[2] = Py_NewRef(PyTuple_GET_ITEM(prefix, 2));
+        items[3] = PyLong_FromLongLong(base + offset_delta);
+        items[4] = PyLong_FromLongLong(log_append ? append_ts : first_ts + ts_delta);
+        items[5] = Py_NewRef(ts_type);
+        items[6] = key;
+        items[7] = value;
+        items[8] = headers;
+        items[9] = Py_NewRef(Py_None);
+        items[10] = PyLong_FromLongLong(key_len);
+        items[11] = PyLong_FromLongLong(value_len);
+        items[12] = PyLong_FromLongLong(PyList_GET_SIZE(headers) > 0 ? header_size : -1);
+        record = NULL;
+        if (items[3] && items[4] && items[10] && items[11] && items[12]) {
+            record = ((PyTypeObject *)record_type)->tp_alloc((PyTypeObject *)record_type, 13);
+        }
+        if (record == NULL) {
+            for (i = 0; i < 13; i++) {
+                Py_XDECREF(items[i]);
+            }
+            goto error;
+        }
+        for (i = 0; i < 13; i++) {
+            PyTuple_SET_ITEM(record, i, items[i]);
+        }
+        if (PyList_Append(out, record) < 0) {
+            Py_DECREF(record);
+            goto error;
+        }
+        Py_DECREF(record);
         pos = after;
         index++;
+        continue;
+record_error:
+        Py_DECREF(key);
+        Py_DECREF(value);
+        Py_DECREF(headers);
+        goto error;
     }
     PyBuffer_Release(&view);
-    return Py_BuildValue("(nn)", pos, index);
-corrupt:
+    Py_DECREF(ts_type);
+    return Py_BuildValue("(Nnn)", out, pos, index);
+error:
     PyBuffer_Release(&view);
-    PyErr_SetString(PyExc_ValueError, "a record runs past its batch");
+    Py_XDECREF(ts_type);
+    Py_XDECREF(out);
     return NULL;
 }
 
@@ -1024,10 +1164,10 @@ static PyMethodDef module_methods[] = {
     {"share_batch", (PyCFunction)(void (*)(void))share_batch, METH_FASTCALL,
      "share_batch(records, waiting, owed, expiries, shift, drops, append, share_type): a "
      "share member's fetched records into its buffer; returns the duties [(record, count)]."},
-    {"skip_records", (PyCFunction)(void (*)(void))skip_records, METH_FASTCALL,
-     "skip_records(buffer, pos, index, count, base_offset, start): where a record batch's "
-     "first record at or after start begins, (pos, index); ValueError when a record runs "
-     "past the batch."},
+    {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
+     "decode_records(buffer, pos, index, count, base_offset, first_timestamp, "
+     "log_append_time, max_timestamp, start, limit, (topic, partition, leader_epoch), record_type): up to "
+     "limit records at or after offset start, as record_type tuples; (records, pos, index)."},
     {NULL},
 };
 

@@ -30,7 +30,7 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
-from marshal_py.client import fetch_skipping
+from marshal_py.client import fetch_decoding
 from marshal_py.client.fetch_types import (
     FETCHER_KINDS,
     TP,
@@ -135,7 +135,7 @@ class KafkaPythonFetcher:
                 fetch_max_wait_ms=200, **config.client_config(KafkaConsumer)))
         except (KafkaConnectionError, KafkaTimeoutError) as exc:  # refused credentials?
             raise connection_error(config, exc) from exc
-        fetch_skipping.install(self._consumer)  # a fetch inside a batch decodes from there
+        fetch_decoding.install(self._consumer)  # a fetch inside a batch decodes from there
 
     def assign(self, partitions: Iterable[TP], starts: Mapping[TP, int] | None = None
                ) -> None:
