@@ -4,7 +4,8 @@ Both read on *manual assignment* (no Kafka consumer group, no offsets committed 
 hand out one :class:`FetchedBatch` per partition per poll, its records in offset order:
 
 * :class:`KafkaPythonFetcher` (``"kafka-python"``): a kafka-python ``KafkaConsumer``, which
-  fetches and decodes in the calling thread; records are its ``ConsumerRecord`` s.
+  fetches in the calling thread; records are its ``ConsumerRecord`` s, decoded from the fetch
+  position by :mod:`~marshal_py.client.fetch_decoding` (in C when built).
 * :class:`ConfluentFetcher` (``"confluent"``, ``pip install 'marshal_py[librdkafka]'``): a
   confluent-kafka ``Consumer``: librdkafka fetches and decodes ahead in its own threads.
   Records are :class:`ConfluentRecord` s, with the attributes code reads on a
@@ -17,7 +18,9 @@ Measured per record (timeit over 500 fetched Messages of 100 B): a plain loop ca
 the only one). End to end, 1M records in 12 partitions, one process, broker on the same 2
 cores (2026-11-27, median of 7): ours with ``poll()`` and ``commit_batch`` 0.94x a plain
 confluent-kafka ``consume(500)`` loop after the first record, with ``commit(record)`` each
-0.80x; the kafka-python fetcher is 4-5x slower than either.
+0.80x; the kafka-python fetcher was 4-5x slower than either while kafka-python decoded its
+records (with our decoder, 2026-11-28: half the confluent fetcher's rate, 2.7x a plain
+kafka-python consumer's; BENCHMARKS.md section 1).
 """
 
 from __future__ import annotations
