@@ -138,7 +138,7 @@ class KafkaPythonFetcher:
                 fetch_max_wait_ms=200, **config.client_config(KafkaConsumer)))
         except (KafkaConnectionError, KafkaTimeoutError) as exc:  # refused credentials?
             raise connection_error(config, exc) from exc
-        fetch_decoding.install(self._consumer)  # a fetch inside a batch decodes from there
+        fetch_decoding.install(self._consumer)  # its fetches decoded by our reader
 
     def assign(self, partitions: Iterable[TP], starts: Mapping[TP, int] | None = None
                ) -> None:
