@@ -7,6 +7,7 @@ rows and the same gaps.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -93,10 +94,13 @@ def test_a_task_reads_headers_and_timestamps_and_batches_of_at_most_10000_rows(
     comes as several, in offset order, each within the limit."""
     create_topic(kafka_bootstrap, unique_name, partitions=1)
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=20)
+    # Timestamps of the last hour: older ones (past the broker's 7-day retention) let the
+    # broker delete the topic's first segments while the test runs.
+    base_ms = int(time.time() * 1000) - 3_600_000
     for i in range(25_000):
         headers = [("h", f"{i}".encode()), ("empty", b"")] if i % 7 == 0 else None
         producer.send(unique_name, key=None if i % 2 else f"k{i}".encode(), value=b"v",
-                      partition=0, headers=headers, timestamp_ms=1_700_000_000_000 + i)
+                      partition=0, headers=headers, timestamp_ms=base_ms + i)
     producer.flush()
     producer.close()
     batches = list(read_task(ReadTask((PlannedRange(unique_name, 0, 0, 25_000),)),
@@ -110,7 +114,7 @@ def test_a_task_reads_headers_and_timestamps_and_batches_of_at_most_10000_rows(
         assert r["key"] == (None if i % 2 else f"k{i}".encode())
         assert r["headers"] == ([{"key": "h", "value": f"{i}".encode()},
                                  {"key": "empty", "value": b""}] if i % 7 == 0 else [])
-        assert int(r["timestamp"].timestamp() * 1000) == 1_700_000_000_000 + i
+        assert int(r["timestamp"].timestamp() * 1000) == base_ms + i
 
 
 def test_gaps_that_cannot_be_written_are_a_warning_not_a_failed_task(
