@@ -25,7 +25,6 @@ consumer as it is.
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,6 +34,7 @@ from kafka.errors import CorruptRecordError
 from kafka.record.default_records import DefaultRecordBatch
 
 from marshal_py.client.fastpath import compiled_module
+from marshal_py.log.record_batches import all_format_2
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +46,6 @@ _PARTITION_RECORDS_METHODS = ("_unpack_records", "_consume_aborted_transactions_
 #: Records decoded at a time: a poll for fewer than a batch holds does not decode all of it.
 CHUNK = 256
 _READ_COMMITTED = 1  # kafka-python's IsolationLevel.READ_COMMITTED
-_LOG_OVERHEAD = 12  # a batch's base offset and length
-_MAGIC_AT = 16
-_BATCH_LENGTH = struct.Struct(">i")
 
 
 def _varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
@@ -132,16 +129,9 @@ decode_records: Callable[..., tuple[list[Any], int, int]] = \
 
 
 def _all_format_2(records: Any) -> bool:
-    """Whether every batch of a fetched partition's bytes is of message format 2."""
+    """Whether every batch of a fetched partition's ``MemoryRecords`` is of message format 2."""
     data = getattr(records, "_buffer", None)
-    if data is None:
-        return False
-    pos, size = 0, len(data)
-    while pos + _MAGIC_AT < size:
-        if data[pos + _MAGIC_AT] < 2:
-            return False
-        pos += _LOG_OVERHEAD + _BATCH_LENGTH.unpack_from(data, pos + 8)[0]
-    return True
+    return data is not None and all_format_2(data)
 
 
 def _partition_records_class(base: type) -> type:

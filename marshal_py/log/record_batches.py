@@ -169,6 +169,17 @@ def _is_abort_marker(buf: bytes, pos: int, end: int) -> bool:
     return kind == _ABORT
 
 
+def all_format_2(data: bytes | memoryview) -> bool:
+    """Whether every batch in one partition's fetched bytes is of message format 2 (an
+    incomplete last batch is judged by its magic byte when that much of it came)."""
+    pos, size = 0, len(data)
+    while pos + _MAGIC_AT < size:
+        if data[pos + _MAGIC_AT] < 2:
+            return False
+        pos += _LOG_OVERHEAD + struct.unpack_from(">i", data, pos + 8)[0]
+    return True
+
+
 def decode_records(data: bytes | memoryview, start: int, *, check_crcs: bool = True,
                    aborted: AbortedTransactions | None = None) -> DecodedRecords:
     """The records of one partition's fetched bytes ``data`` at or after offset ``start``.
