@@ -43,8 +43,11 @@ On 2 cores 8 members (plus the broker and this process) are CPU-bound: the figur
 measure the machine as much as the protocol.
 
 ``MARSHAL_BENCH_SHARE_PROFILE=<dir>`` profiles every member (cProfile of each of its threads,
-by thread CPU time, from go to stop): one ``member-<pid>-<thread>.prof`` per thread in
-``<dir>``, for ``python -m pstats``. Profiling slows the members several times over.
+by thread CPU time, from the member's start to stop): one ``member-<pid>-<thread>-<id>.prof``
+per thread in ``<dir>``, for ``python -m pstats``. Profiling slows the members several times
+over. ``MARSHAL_BENCH_SHARE_THREADS=<dir>`` does not: it writes ``member-<pid>-threads.tsv``,
+each thread's CPU from go to stop and the Kafka requests it sent, by type
+(:mod:`bench.thread_census`).
 
 ``--quick`` is a smoke run (N=1,000, R=1) that finishes in well under a minute. Every wait
 is bounded and fails with one line saying what did not happen; the worker processes and the
@@ -82,6 +85,7 @@ from bench.consumer import (
     table,
     wait_for,
 )
+from bench.thread_census import ThreadCensus
 from bench.worker_process import (
     WorkerProcess,
     offsets_handed_out,
@@ -116,6 +120,9 @@ def worker_main() -> None:
     from marshal_py import Marshaler
 
     for order in prepare_orders():
+        # Started before the marshaler, so that its threads (the coordination producer's
+        # sender, the log's reader) are profiled too.
+        profiles = ThreadProfiles(f"member-{os.getpid()}")
         try:
             marshaler = Marshaler(order["bootstrap"], group_id=order["group"],
                                   client_id=order["client_id"],
@@ -128,7 +135,7 @@ def worker_main() -> None:
         try:
             if not ready_then_go():
                 continue
-            say(done=True, **_consume(marshaler, order["topic"], order["work_ms"]))
+            say(done=True, **_consume(marshaler, order["topic"], order["work_ms"], profiles))
         finally:
             marshaler.close()
 
@@ -149,7 +156,7 @@ class ThreadProfiles:
 
     def _start(self, thread: str) -> None:
         profile = cProfile.Profile(time.thread_time)  # CPU time of that thread
-        self.profiles[thread] = profile
+        self.profiles[f"{thread}-{threading.get_native_id()}"] = profile
         profile.enable()
 
     def _start_in_thread(self, frame: Any, event: str, arg: Any) -> None:
@@ -165,8 +172,8 @@ class ThreadProfiles:
             profile.dump_stats(str(Path(self.directory) / f"{self.name}-{thread}.prof"))
 
 
-def _consume(marshaler: Any, topic: str, work_ms: float) -> dict[str, Any]:
-    profiles = ThreadProfiles(f"member-{os.getpid()}")
+def _consume(marshaler: Any, topic: str, work_ms: float,
+             profiles: ThreadProfiles) -> dict[str, Any]:
     work_s = work_ms / 1000
     cpu_at_go = time.process_time()
     delivered: list[int] = []
@@ -190,6 +197,9 @@ def _consume(marshaler: Any, topic: str, work_ms: float) -> dict[str, Any]:
 
     stopper = threading.Thread(target=wait_for_stop, name="stop-reader", daemon=True)
     stopper.start()
+    census = ThreadCensus(os.environ.get("MARSHAL_BENCH_SHARE_THREADS", ""),
+                          f"member-{os.getpid()}")
+    census.start()
     try:
         for record in consumer:
             if work_s:
@@ -201,6 +211,7 @@ def _consume(marshaler: Any, topic: str, work_ms: float) -> dict[str, Any]:
     except Exception as exc:  # reported to the parent, which fails the run
         error = f"{type(exc).__name__}: {exc}"
     finally:
+        census.write()
         consumer.close()
     if not error:  # on an error the parent is told at once (it aborts the benchmark)
         stopper.join(timeout=30)

@@ -253,6 +253,10 @@ class ConfluentFetcher:
         """See :meth:`DataFetcher.position`."""
         return self._positions.get((topic, partition))
 
+    def expect_records(self, count: int | None) -> None:
+        """See :meth:`DataFetcher.expect_records`: ignored (librdkafka's fetch sizes are
+        fixed when the consumer is made)."""
+
     def poll(self, timeout_s: float, max_records: int) -> list[FetchedBatch]:
         """See :meth:`DataFetcher.poll`. ``consume(n, timeout)`` waits for all n: this takes
         what is there, else waits for one record and takes what came with it. At most half

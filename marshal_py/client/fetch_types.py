@@ -60,6 +60,14 @@ class DataFetcher(Protocol):
         """Each partition's first offset (its log start: what retention has not deleted),
         asked of the brokers now; BrokerUnavailableError when they do not answer."""
 
+    def expect_records(self, count: int | None) -> None:
+        """Size the fetches sent from now on for about ``count`` records per partition (None:
+        the configured maximum), from the sizes of the records fetched so far. A consumer
+        that takes a short run of offsets and then seeks elsewhere (a share member takes
+        its region of the in-flight window) would otherwise have the broker send up to
+        ``max_partition_fetch_bytes`` for each run. A hint: the broker still returns at
+        least one whole record batch, and a fetcher may ignore it."""
+
     def poll(self, timeout_s: float, max_records: int) -> list[FetchedBatch]:
         """Up to ``max_records`` records, waiting up to ``timeout_s`` for the first. Failures
         are MarshalErrors: BrokerUnavailableError, or a ConfigurationError for refused

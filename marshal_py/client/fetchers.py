@@ -118,6 +118,15 @@ class OpeningFetcher:
             fetcher.close()
 
 
+#: The smallest per-partition fetch size :meth:`KafkaPythonFetcher.expect_records` asks for:
+#: below it a fetch costs the same (the round trip dominates), and it leaves room for the
+#: batch holding the first offset wanted, which the broker returns whole.
+MIN_EXPECTED_FETCH_BYTES = 64 * 1024
+#: Bytes of a record beyond its key, value and headers in a v2 batch (length, attributes,
+#: timestamp and offset deltas, the lengths: varints), plus its share of the batch header.
+RECORD_OVERHEAD_BYTES = 16
+
+
 class KafkaPythonFetcher:
     """A kafka-python ``KafkaConsumer`` without group; records are its ``ConsumerRecord`` s.
     ``next_position`` is the larger of the last offset + 1 and the consumer's fetch position
@@ -132,6 +141,8 @@ class KafkaPythonFetcher:
         self._config, self._closed = config, False
         #: The position last reported per partition (records-less batches report growth).
         self._reported: dict[TopicPartition, int] = {}
+        #: Bytes per record fetched (a moving average), for :meth:`expect_records`.
+        self._record_bytes: float | None = None
         try:
             self._consumer = quick_metadata(KafkaConsumer(
                 group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
@@ -181,6 +192,31 @@ class KafkaPythonFetcher:
         except KafkaError as exc:
             raise data_topic_error(self._config, exc, f"position failed: {exc}", topic) from exc
 
+    def expect_records(self, count: int | None) -> None:
+        """See :meth:`DataFetcher.expect_records`: twice the bytes ``count`` records of the
+        average size seen take, at least :data:`MIN_EXPECTED_FETCH_BYTES`, at most the
+        configured ``max_partition_fetch_bytes``."""
+        ceiling = int(self._consumer.config["max_partition_fetch_bytes"])
+        size = ceiling
+        if count is not None and self._record_bytes is not None:
+            size = max(MIN_EXPECTED_FETCH_BYTES, min(ceiling, int(2 * count * self._record_bytes)))
+        fetcher = getattr(self._consumer, "_fetcher", None)  # kafka-python's, read per request
+        config = getattr(fetcher, "config", None)
+        if isinstance(config, dict):
+            config["max_partition_fetch_bytes"] = size
+
+    def _learn_sizes(self, records: list[Any]) -> None:
+        """Fold the sizes of a few of ``records`` into the average record size."""
+        sample = records[:: max(1, len(records) // 4)][:4]
+        total = 0
+        for record in sample:
+            total += max(0, getattr(record, "serialized_key_size", 0) or 0) + \
+                max(0, getattr(record, "serialized_value_size", 0) or 0) + \
+                max(0, getattr(record, "serialized_header_size", 0) or 0) + RECORD_OVERHEAD_BYTES
+        seen = total / len(sample)
+        self._record_bytes = seen if self._record_bytes is None \
+            else 0.8 * self._record_bytes + 0.2 * seen
+
     def poll(self, timeout_s: float, max_records: int) -> list[FetchedBatch]:
         """See :meth:`DataFetcher.poll`."""
         try:
@@ -196,6 +232,7 @@ class KafkaPythonFetcher:
         for tp, records in polled.items():
             if records:
                 count += len(records)
+                self._learn_sizes(records)
                 end = records[-1].offset + 1
                 fetch = getattr(states.get(tp), "position", None)  # a local read: ~0.1 us
                 if fetch is not None and fetch.offset > end:

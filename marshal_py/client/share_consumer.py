@@ -266,6 +266,8 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
                 position = first
             starts[tp] = position
         # Fetch only as far as the acquired offsets reach: the rest belongs to others.
+        # (Without the byte hint, each region costs the broker a full-size fetch.)
+        self._fetcher.expect_records(max(runs.values()))
         try:
             polled = self._poll_data(timeout_s, max(1, min(1_000, span)))
         finally:

@@ -280,3 +280,39 @@ def test_a_share_member_hands_out_every_record_as_fetched(kafka_bootstrap: str, 
         consumer.close()
     assert {key: (r.key, r.value, r.headers, r.timestamp) for key, r in got.items()} == expected
     assert {(r.topic, r.delivery_count) for r in got.values()} == {(topic, 1)}
+
+
+def test_expect_records_sizes_the_kafka_python_fetch_for_what_is_wanted(
+        kafka_bootstrap: str) -> None:
+    """A share member takes a short run of offsets and then seeks to its next region:
+    ``expect_records`` has the broker send about that run, not ``max_partition_fetch_bytes``
+    (1 MiB) for each; ``None`` restores full-size fetches."""
+    name = f"fetch-sized-{uuid.uuid4().hex[:10]}"
+    create_topic(kafka_bootstrap, name, 1)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=20)
+    try:
+        for i in range(4_000):  # ~4 MB in batches of ~16 KB
+            producer.send(name, partition=0, value=b"v" * 1_000, timestamp_ms=T0 + i)
+        producer.flush()
+    finally:
+        producer.close()
+    fetcher = open_fetcher("kafka-python", KafkaLogConfig(bootstrap_servers=kafka_bootstrap,
+                                                          timeout_s=10))
+    try:
+        fetcher.assign([(name, 0)], starts={(name, 0): 0})
+        first = drain(fetcher, 1, max_records=1)  # learns the records' size
+        assert first[0].records[0].offset == 0
+
+        def one_fetch_from(offset: int) -> int:
+            """Records one fetch from ``offset`` brings (the first poll that has any)."""
+            fetcher.seek(name, 0, offset)
+            return sum(len(b.records) for b in drain(fetcher, 1, max_records=10_000))
+
+        fetcher.expect_records(20)  # 2 x 20 x ~1 KB, raised to the 64 KiB floor
+        sized = one_fetch_from(1_000)
+        fetcher.expect_records(None)
+        full = one_fetch_from(2_000)
+    finally:
+        fetcher.close()
+    assert 20 <= sized <= 64 + 16, sized  # the floor, and the batch holding the first offset
+    assert full >= 900, full  # ~1 MiB: the configured maximum
