@@ -115,6 +115,8 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         self._starved = False
         self._tick_s = tick_interval_s
         self._next_tick = 0.0
+        #: Live members of the group when the window was last sized.
+        self._members = 1
         self._start_coordination("marshal-share", tick_interval_s)
 
     # -- background: membership, renewals, acknowledgements, pre-claiming -----------------------
@@ -217,7 +219,7 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
             self._rate = rate if self._rate is None else 0.5 * self._rate + 0.5 * rate
             self._rate_mark = (now, self.records_delivered)
         config = self._engine.config
-        members = max(1, len(self._engine.rationalizer.members(
+        members = self._members = max(1, len(self._engine.rationalizer.members(
             config.group_id, self.topics[0], self._engine.clock.now_ms())))
         ceiling = max(config.batch_size, config.inflight_limit // (2 * members))
         wanted = int((self._rate or 0.0) * ACQUIRE_AHEAD_S)
@@ -265,9 +267,10 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
                 self._fetcher.seek(*tp, first)
                 position = first
             starts[tp] = position
-        # Fetch only as far as the acquired offsets reach: the rest belongs to others.
-        # (Without the byte hint, each region costs the broker a full-size fetch.)
-        self._fetcher.expect_records(max(runs.values()))
+        # Fetch only as far as the acquired offsets reach: the rest belongs to others (sized
+        # in bytes too, or each region costs the broker a full-size fetch). Alone, a member's
+        # next run follows this one, and a full-size fetch reads ahead usefully.
+        self._fetcher.expect_records(max(runs.values()) if self._members > 1 else None)
         try:
             polled = self._poll_data(timeout_s, max(1, min(1_000, span)))
         finally:
