@@ -104,15 +104,20 @@ def _interval(found: Any) -> Any:
 
 
 def _slot_runs(values: list[Any]) -> list[tuple[int, int, Any]]:
-    """A per-slot list (owners or offsets) as runs of equal values (compact to compare)."""
-    plain = {i: owner(v) if hasattr(v, "client_id") else v
-             for i, v in dict(zip(map(id, values), values, strict=True)).items()}
+    """A per-slot list (owners or offsets) as runs of equal values (compact to compare).
+    Runs of one object are found in C (``groupby`` on ``id``); neighbouring runs whose
+    values are equal once plain are then merged."""
     out: list[tuple[int, int, Any]] = []
     start = 0
-    for value, run in groupby(map(plain.__getitem__, map(id, values))):
-        length = len(list(run))
-        out.append((start, start + length - 1, value))
-        start += length
+    for _, group in groupby(values, key=id):
+        run = list(group)
+        end = start + len(run) - 1
+        value = owner(run[0]) if hasattr(run[0], "client_id") else run[0]
+        if out and out[-1][2] == value:
+            out[-1] = (out[-1][0], end, value)
+        else:
+            out.append((start, end, value))
+        start = end + 1
     return out
 
 
