@@ -7,9 +7,8 @@ the outcome.
 - In one pytest process the job runs under ``nice -n 19``: it takes the CPU the foreground
   leaves idle, beside the pure tests (which run first, on one core) and while the broker
   tests wait on heartbeats, without taking the CPU from a test that times them.
-- Under pytest-xdist (``bin/test``) the controller runs it, under ``nice -n 19`` too, beside
-  the workers (which mostly wait on heartbeats and brokers; at ``nice -n 10`` its Spark rows
-  took the CPU from the workers' Spark parts, and the run was no shorter): a worker
+- Under pytest-xdist (``bin/test``) the controller runs it, under ``nice -n 10``, as a fourth
+  line of work beside the workers (which mostly wait on heartbeats and brokers): a worker
   that reaches the job's test reads the outcome the controller wrote in a directory they
   share (``outcome.json`` beside the job's stdout and stderr). The job's test goes out last.
 
@@ -41,6 +40,10 @@ ROOT = Path(__file__).resolve().parent.parent
 #: nice 19 beside busy workers, its at-most-once members would lose their claims and its
 #: Spark queries their deadlines.
 NICE = ("nice", "-n", "19") if shutil.which("nice") else ()
+#: Under pytest-xdist the workers are the foreground, and mostly wait: a job run by the
+#: controller beside them gets a smaller share of the CPU than they do, not only their gaps
+#: (at nice 19 the smoke run got so little that it ended minutes after every other test).
+BESIDE_WORKERS_NICE = ("nice", "-n", "10") if shutil.which("nice") else ()
 
 
 @dataclass(frozen=True)

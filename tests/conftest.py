@@ -19,7 +19,7 @@ from hypothesis import settings
 
 import tests.jobs  # noqa: F401  (declares the background jobs, for the xdist controller too)
 from marshal_py.devbroker import DevBroker
-from tests.background import BackgroundJobs, awaits_background_job
+from tests.background import BESIDE_WORKERS_NICE, BackgroundJobs, awaits_background_job
 from tests.tiers import FAST
 
 # No per-example deadline: the suite shares 2 cores with brokers and background jobs, and a
@@ -59,7 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
     inline = os.environ.get("MARSHAL_TEST_BACKGROUND", "1") == "0"
     if _is_xdist_controller(config) and not inline:
         shared = Path(tempfile.mkdtemp(prefix="marshal-test-background-"))
-        jobs = BackgroundJobs(shared=shared)
+        jobs = BackgroundJobs(shared=shared, nice=BESIDE_WORKERS_NICE)
     elif _XDIST_WORKER is not None:
         given = getattr(config, "workerinput", {}).get(_SHARED_KEY)
         jobs = BackgroundJobs(inline=True) if given is None else \
