@@ -1,27 +1,19 @@
 """Long, self-contained checks that run in a child process beside the rest of the suite.
 
 Some checks are whole programs with a broker of their own (the benchmark smoke run). Started
-when collection finishes, they run beside the tests; their own test, run last, asserts on
-the outcome.
+when collection finishes, under ``nice -n 19``, they run on the CPU the foreground leaves
+idle: beside the pure tests (which run first, on one core) and while the broker tests wait on
+heartbeats, without taking the CPU from a test that times them. Their own test, run last,
+asserts on the outcome.
 
-- In one pytest process the job runs under ``nice -n 19``: it takes the CPU the foreground
-  leaves idle, beside the pure tests (which run first, on one core) and while the broker
-  tests wait on heartbeats, without taking the CPU from a test that times them.
-- Under pytest-xdist (``bin/test``) the controller runs it, under ``nice -n 10``, as a fourth
-  line of work beside the workers (which mostly wait on heartbeats and brokers): a worker
-  that reaches the job's test reads the outcome the controller wrote in a directory they
-  share (``outcome.json`` beside the job's stdout and stderr). The job's test goes out last.
-
-A job is declared at import time with :func:`background_job` (in :mod:`tests.jobs`, which
-the conftest imports, so that the xdist controller knows the jobs without collecting); the
-job starts only if one of its tests is selected. Jobs run one after another, in their
-``order``. ``MARSHAL_TEST_BACKGROUND=0`` runs each job inline when its test asks for it
-instead (for debugging one of them; under xdist, as a worker's part).
+A test module declares its job at import time with :func:`background_job`; the job starts
+only if one of its tests is selected, and the suite runs the tests that read an outcome last.
+Jobs run one after another, in their ``order``. ``MARSHAL_TEST_BACKGROUND=0`` runs each
+job inline when its test asks for it instead (for debugging one of them).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -40,10 +32,6 @@ ROOT = Path(__file__).resolve().parent.parent
 #: nice 19 beside busy workers, its at-most-once members would lose their claims and its
 #: Spark queries their deadlines.
 NICE = ("nice", "-n", "19") if shutil.which("nice") else ()
-#: Under pytest-xdist the workers are the foreground, and mostly wait: a job run by the
-#: controller beside them gets a smaller share of the CPU than they do, not only their gaps
-#: (at nice 19 the smoke run got so little that it ended minutes after every other test).
-BESIDE_WORKERS_NICE = ("nice", "-n", "10") if shutil.which("nice") else ()
 
 
 @dataclass(frozen=True)
@@ -89,11 +77,6 @@ def background_job(job: Job) -> Job:
     return job
 
 
-def declared_jobs() -> list[Job]:
-    """The jobs declared so far."""
-    return list(_DECLARED.values())
-
-
 def _read_by(job: Job, node_id: str) -> bool:
     return node_id.startswith(job.test)
 
@@ -104,19 +87,10 @@ def awaits_background_job(node_id: str) -> bool:
 
 
 class BackgroundJobs:
-    """The session's jobs: started after collection, awaited by their tests.
+    """The session's jobs: started after collection, awaited by their tests."""
 
-    ``shared``: the directory where a controller (``reader=False``) writes each job's
-    outcome and the readers (xdist workers, ``reader=True``) wait for it; None in one
-    process. ``nice``: the priority the jobs run at (when not inline)."""
-
-    def __init__(self, inline: bool | None = None, *, shared: Path | None = None,
-                 reader: bool = False, nice: Sequence[str] = NICE) -> None:
-        self._shared = shared
-        self._reader = reader
-        self._nice = tuple(nice)
-        self._root = shared if shared is not None else \
-            Path(tempfile.mkdtemp(prefix="marshal-test-background-"))
+    def __init__(self, inline: bool | None = None) -> None:
+        self._root = Path(tempfile.mkdtemp(prefix="marshal-test-background-"))
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="background-job")
         self._futures: dict[str, Future[Outcome]] = {}
         self._lock = threading.Lock()
@@ -127,50 +101,25 @@ class BackgroundJobs:
         self.inline = inline if inline is not None \
             else os.environ.get("MARSHAL_TEST_BACKGROUND", "1") == "0"
 
-    @property
-    def shared(self) -> Path | None:
-        """The directory shared with other processes (None in one process)."""
-        return self._shared
-
     def start(self, selected_node_ids: Sequence[str]) -> None:
-        """Queue, by ``order``, every declared job one of whose tests is selected (once)."""
-        if self.inline or self._reader:
+        """Queue, by ``order``, every declared job one of whose tests is selected."""
+        if self.inline:
             return
         for job in sorted(_DECLARED.values(), key=lambda j: j.order):
-            if job.name not in self._futures and \
-                    any(_read_by(job, node) for node in selected_node_ids):
+            if any(_read_by(job, node) for node in selected_node_ids):
                 self._futures[job.name] = self._pool.submit(self._run, job)
 
     def outcome(self, name: str) -> Outcome:
         """Wait for job ``name`` (running it now if it was not started) and say how it ended."""
         job = _DECLARED[name]
-        if self._reader:
-            return self._read_outcome(job)
         future = self._futures.get(name)
         if future is None:
             future = self._futures[name] = self._pool.submit(self._run, job)
         # Jobs run one after another: this one may wait for every other to end first.
         return future.result(timeout=sum(j.timeout_s for j in _DECLARED.values()) + 60)
 
-    def _read_outcome(self, job: Job) -> Outcome:
-        """The outcome the controller wrote for ``job``, waited for (by polling the file: the
-        controller is another process)."""
-        scratch = self._root / job.name
-        written = scratch / "outcome.json"
-        deadline = time.monotonic() + sum(j.timeout_s for j in _DECLARED.values()) + 60
-        while not written.exists():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"background job {job.name!r}: no outcome in {written}")
-            time.sleep(1)
-        ended = json.loads(written.read_text())
-        return Outcome(job.name, ended["returncode"], ended["seconds"], scratch,
-                       (scratch / "stdout.txt").read_text(errors="replace"),
-                       (scratch / "stderr.txt").read_text(errors="replace"))
-
     def stop(self) -> None:
         """End the session: kill a job still running, remove the scratch directories."""
-        if self._reader:
-            return
         with self._lock:
             self._stopping = True
             running = self._running
@@ -190,7 +139,7 @@ class BackgroundJobs:
             with self._lock:
                 if self._stopping:
                     raise RuntimeError(f"background job {job.name!r}: the session is ending")
-                nice = () if self.inline else self._nice
+                nice = () if self.inline else NICE
                 process = self._running = subprocess.Popen(
                     [*nice, *job.command(scratch)], cwd=ROOT, stdout=out, stderr=err,
                     text=True)
@@ -202,12 +151,7 @@ class BackgroundJobs:
             finally:
                 with self._lock:
                     self._running = None
-        seconds = time.monotonic() - started
-        if self._shared is not None:  # for the reader in another process; whole or absent
-            partial = scratch / "outcome.json.partial"
-            partial.write_text(json.dumps({"returncode": returncode, "seconds": seconds}))
-            partial.rename(scratch / "outcome.json")
-        return Outcome(job.name, returncode, seconds, scratch,
+        return Outcome(job.name, returncode, time.monotonic() - started, scratch,
                        stdout_path.read_text(errors="replace"),
                        stderr_path.read_text(errors="replace"))
 

@@ -2,13 +2,12 @@
 
 Order: the pure tests (unit, property, simulation: no broker, no real time) run first, then
 those that wait on a broker, last those that read the outcome of a background job
-(:mod:`tests.background`: started when collection ends, beside the tests).
+(:mod:`tests.background`: started when collection ends, at the lowest CPU priority).
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +16,8 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-import tests.jobs  # noqa: F401  (declares the background jobs, for the xdist controller too)
 from marshal_py.devbroker import DevBroker
-from tests.background import BESIDE_WORKERS_NICE, BackgroundJobs, awaits_background_job
+from tests.background import BackgroundJobs, awaits_background_job
 from tests.tiers import FAST
 
 # No per-example deadline: the suite shares 2 cores with brokers and background jobs, and a
@@ -42,46 +40,10 @@ _BACKGROUND = pytest.StashKey[BackgroundJobs]()
 _XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 
 
-#: Where, under pytest-xdist, the controller writes the background jobs' outcomes and the
-#: workers read them (handed to each worker in its ``workerinput``).
-_SHARED_KEY = "marshal_background_dir"
-
-
-def _is_xdist_controller(config: pytest.Config) -> bool:
-    return _XDIST_WORKER is None and bool(getattr(config.option, "numprocesses", None)) \
-        and getattr(config.option, "dist", "no") != "no"
-
-
 def pytest_configure(config: pytest.Config) -> None:
-    # Under pytest-xdist (``bin/test`` runs the suite on several workers) the controller
-    # runs the jobs beside the workers, and the worker that reaches a job's test reads the
-    # outcome; with MARSHAL_TEST_BACKGROUND=0 each worker runs a job when its test asks.
-    inline = os.environ.get("MARSHAL_TEST_BACKGROUND", "1") == "0"
-    if _is_xdist_controller(config) and not inline:
-        shared = Path(tempfile.mkdtemp(prefix="marshal-test-background-"))
-        jobs = BackgroundJobs(shared=shared, nice=BESIDE_WORKERS_NICE)
-    elif _XDIST_WORKER is not None:
-        given = getattr(config, "workerinput", {}).get(_SHARED_KEY)
-        jobs = BackgroundJobs(inline=True) if given is None else \
-            BackgroundJobs(shared=Path(given), reader=True)
-    else:
-        jobs = BackgroundJobs()
-    config.stash[_BACKGROUND] = jobs
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node: Any) -> None:
-    """(xdist controller) Tell each worker where the background jobs' outcomes appear."""
-    shared = node.config.stash[_BACKGROUND].shared
-    if shared is not None:
-        node.workerinput[_SHARED_KEY] = str(shared)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
-    """(xdist controller) Start the jobs of the selected tests, once a worker has collected
-    (every worker collects the same tests; a job starts once)."""
-    node.config.stash[_BACKGROUND].start(ids)
+    # Under pytest-xdist (``bin/test`` runs the suite on several workers) each worker runs
+    # a job when its test asks for it: the workers themselves are the parallelism.
+    config.stash[_BACKGROUND] = BackgroundJobs(inline=_XDIST_WORKER is not None or None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

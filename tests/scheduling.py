@@ -7,9 +7,7 @@ tests one of four fixed sets of files, so that each Spark session (a JVM and Pyt
 starts once per part and the standalone cluster once in the whole run; the files that also
 run on a Kafka 3.9 broker are one part too, so that broker starts once. Parts go out longest
 first -- the Spark parts, the jobs with a program of their own, the fault campaigns -- and
-the pure tests, quick and many, fill the gaps at the end (their longest parts first). The
-parts whose tests read a background job's outcome (the benchmark smoke run, which the
-controller runs beside the workers) come last.
+the pure tests, quick and many, fill the gaps at the end (their longest parts first).
 
 Each worker sorts its collection by :func:`rank_of` (the same order in every worker, as xdist
 requires), and :class:`PartsScheduling` hands the parts out in that order.
@@ -17,12 +15,9 @@ requires), and :class:`PartsScheduling` hands the parts out in that order.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from xdist.scheduler import LoadScopeScheduling
-
-from tests.background import declared_jobs
 
 #: The Spark test files by part, the longest part first (2026-11-25, from --durations on a
 #: loaded machine: the audit part about 5 minutes, the others 3-5).
@@ -85,14 +80,8 @@ def part_of(nodeid: str) -> str:
 
 
 def rank_of(nodeid: str) -> int:
-    """Where the test's part comes in the order the workers take parts up. A part holding a
-    test that reads a background job's outcome goes last: the controller runs the job
-    beside the workers (:mod:`tests.background`), and the test only waits for it. (With
-    ``MARSHAL_TEST_BACKGROUND=0`` the job runs in that test, and the part keeps its place.)"""
+    """Where the test's part comes in the order the workers take parts up."""
     part = part_of(nodeid)
-    if os.environ.get("MARSHAL_TEST_BACKGROUND", "1") != "0" and \
-            any(part_of(job.test) == part for job in declared_jobs()):
-        return len(FIRST) + 2 + len(LONG_PURE)
     for rank, first in enumerate(FIRST):
         if part == first or (first.endswith("/") and part.startswith(first)):
             return rank

@@ -1,5 +1,5 @@
 """The benchmark harness runs end to end: ``python -m bench --quick`` (a smoke test, run in
-the background from the start of the session: tests/background.py, tests/jobs.py).
+the background from the start of the session: tests/background.py).
 
 Every suite runs at its smallest size against one dev broker, ours and every anchor once. It
 runs beside the rest of the suite: a member starved past 2 HI there loses its claims, and the
@@ -20,10 +20,26 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import SUITES
-from tests.background import BackgroundJobs
-from tests.jobs import BENCH_QUICK, QUICK_PLOTS, QUICK_RESULTS
+from tests.background import BackgroundJobs, Job, background_job
 
 ROOT = Path(__file__).resolve().parent.parent
+QUICK_RESULTS = ROOT / "bench" / "results" / "quick"
+QUICK_PLOTS = ROOT / "docs" / "bench" / "quick"
+
+
+def _fresh_quick_run(scratch: Path) -> list[str]:
+    """The smoke run's command, after removing what an earlier one wrote."""
+    for stale in [*QUICK_RESULTS.glob("*"), *QUICK_PLOTS.glob("*")]:
+        stale.unlink()
+    return [sys.executable, "-m", "bench", "--quick"]
+
+
+BENCH_QUICK = background_job(Job(
+    name="bench-quick",
+    test="tests/test_bench_quick.py::test_every_suite_runs_quick_against_one_broker",
+    command=_fresh_quick_run,
+    timeout_s=900,
+))
 
 
 @pytest.mark.integration

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.scheduling import KAFKA39_PART, PURE, SPARK_PARTS, part_of, rank_of
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -45,15 +43,3 @@ def test_the_tests_on_the_standalone_cluster_go_with_the_cluster_part() -> None:
         assert part_of(test) == "spark-cluster"
     assert part_of("tests/spark/test_audit_engines.py::test_a_large_generated_log_agrees_"
                    "between_engines") == "spark-audit"
-
-
-def test_the_part_reading_a_background_job_goes_last_unless_the_job_runs_inline(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    bench = "tests/test_bench_quick.py::test_every_suite_runs_quick_against_one_broker"
-    its_neighbour = "tests/test_bench_quick.py::test_list_names_every_suite"
-    pure = [f"{directory}test_z.py::test_w" for directory in PURE]
-    monkeypatch.delenv("MARSHAL_TEST_BACKGROUND", raising=False)
-    assert rank_of(bench) == rank_of(its_neighbour)  # one part, one place
-    assert all(rank_of(node) < rank_of(bench) for node in pure)
-    monkeypatch.setenv("MARSHAL_TEST_BACKGROUND", "0")  # run by the test: a long part, early
-    assert rank_of(bench) < rank_of("tests/integration/test_edges.py::test_y")
