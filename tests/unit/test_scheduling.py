@@ -31,7 +31,9 @@ def test_parts_go_out_longest_first_and_pure_tests_last() -> None:
     pure = [f"{directory}test_z.py::test_w" for directory in PURE]
     assert part_of(spark) == part_of("tests/spark/test_fetch.py::test_v") == "spark-streams"
     assert part_of(integration) == "tests/integration/test_edges.py"
-    assert rank_of("tests/spark/test_audit_engines.py::t") < rank_of(spark)
+    kafka39 = "tests/integration/test_share.py::test_t[kafka-3.9]"
+    # The longest Spark part, then the 3.9 part (brokers, waits), then another Spark part.
+    assert rank_of(spark) < rank_of(kafka39) < rank_of("tests/spark/test_audit_engines.py::t")
     assert rank_of(spark) < rank_of("tests/chaos/test_campaign.py::t") < rank_of(integration)
     assert all(rank_of(integration) < rank_of(node) for node in pure)
 
