@@ -45,7 +45,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shutil
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -267,7 +269,15 @@ def _run_query(spark: Any, ctx: BenchContext, reader: SparkReader, topic: str, r
                ) -> QueryRun:
     if reader.source == "range":
         return run_range_stream(spark, reader, ctx, topic, records)
-    checkpoint = f"/tmp/marshal-bench-{reader.name}-{uuid.uuid4().hex[:8]}"
+    checkpoint = tempfile.mkdtemp(prefix=f"marshal-bench-{reader.name}-")
+    try:
+        return _run_checkpointed(spark, ctx, reader, topic, records, checkpoint)
+    finally:
+        shutil.rmtree(checkpoint, ignore_errors=True)  # the query's: nothing reads it again
+
+
+def _run_checkpointed(spark: Any, ctx: BenchContext, reader: SparkReader, topic: str,
+                      records: int, checkpoint: str) -> QueryRun:
     limit_s = 60 + records / 1_000
     started = time.perf_counter()
     options = None if reader.source == "kafka" else marshal_options(ctx, reader, topic)
