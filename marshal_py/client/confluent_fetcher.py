@@ -105,14 +105,6 @@ def confluent_module() -> Any:
     return confluent_kafka
 
 
-def _message_offset(message: Any) -> int:
-    return int(message.offset())
-
-
-def _record_offset(record: Any) -> int:
-    return int(record.offset)
-
-
 class ConfluentFetcher:
     """A confluent-kafka ``Consumer`` on manual assignment; records are
     :class:`ConfluentRecord` s. Partitions are added by ``incremental_assign`` at BEGINNING
@@ -332,14 +324,16 @@ class ConfluentFetcher:
                 records = self._from_position(topic, partition, records)
                 if not records:
                     continue
-            last = records[-1]
-            self._positions[(topic, partition)] = end = (
-                last.offset() if self._messages else last.offset) + 1
+            self._positions[(topic, partition)] = end = self._offset_of(records[-1]) + 1
             batches.append(FetchedBatch(topic, partition, records, end))
         self._trusted.update((b.topic, b.partition) for b in batches)
         if n < max_records:
             batches += self._passed()
         return batches
+
+    def _offset_of(self, record: Any) -> int:
+        """The offset of one of the records this fetcher returns (a Message's is a method)."""
+        return int(record.offset()) if self._messages else int(record.offset)
 
     def _from_position(self, topic: str, partition: int, records: list[Any]) -> list[Any]:
         """``records`` of a partition assigned or sought since its last records, less those
@@ -350,12 +344,11 @@ class ConfluentFetcher:
         start = self._positions.get((topic, partition))
         if start is None:
             return records
-        offset = _message_offset if self._messages else _record_offset
-        if offset(records[0]) >= start:
+        if self._offset_of(records[0]) >= start:
             return records
         log.debug("%s [%d]: dropped records below %d, fetched from before a seek",
                   topic, partition, start)
-        return records[bisect_left(records, start, key=offset):]
+        return records[bisect_left(records, start, key=self._offset_of):]
 
     def _passed(self) -> list[FetchedBatch]:
         """Positions that moved past offsets holding no record (transaction markers, aborted

@@ -208,12 +208,9 @@ class KafkaPythonFetcher:
     def _learn_sizes(self, records: list[Any]) -> None:
         """Fold the sizes of a few of ``records`` into the average record size."""
         sample = records[:: max(1, len(records) // 4)][:4]
-        total = 0
-        for record in sample:
-            total += max(0, getattr(record, "serialized_key_size", 0) or 0) + \
-                max(0, getattr(record, "serialized_value_size", 0) or 0) + \
-                max(0, getattr(record, "serialized_header_size", 0) or 0) + RECORD_OVERHEAD_BYTES
-        seen = total / len(sample)
+        seen = sum(max(0, r.serialized_key_size) + max(0, r.serialized_value_size)
+                   + max(0, r.serialized_header_size) for r in sample) / len(sample) \
+            + RECORD_OVERHEAD_BYTES
         self._record_bytes = seen if self._record_bytes is None \
             else 0.8 * self._record_bytes + 0.2 * seen
 
