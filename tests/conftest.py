@@ -20,6 +20,12 @@ from marshal_py.devbroker import DevBroker
 from tests.background import BackgroundJobs, awaits_background_job
 from tests.tiers import FAST
 
+#: The suite's brokers live seconds to minutes: the JVM's quick compiler alone (C1) and the
+#: serial collector cost them less CPU than the server compiler (C2) and G1, which pay back
+#: only over a long run. Every dev broker the suite starts (its subprocesses' too) takes them
+#: (marshal_py.devbroker: Kafka's own variable); a value already set is kept.
+os.environ.setdefault("KAFKA_JVM_PERFORMANCE_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
 # No per-example deadline: the suite shares 2 cores with brokers and background jobs, and a
 # slow example is not a failure of the property (the tests that care time themselves).
 settings.register_profile("marshal", deadline=None)

@@ -227,6 +227,14 @@ def test_the_data_dir_notes_the_release_that_formatted_it(broker: DevBroker) -> 
     assert (broker.data_dir / "kafka.version").read_text().strip() == KAFKA_VERSION
 
 
+def test_the_jvm_takes_kafka_jvm_performance_opts(broker: DevBroker) -> None:
+    # tests/conftest.py sets Kafka's variable for every broker of the suite.
+    options = os.environ["KAFKA_JVM_PERFORMANCE_OPTS"].split()
+    assert options
+    command = Path(f"/proc/{broker.pid}/cmdline").read_bytes().decode().split("\0")
+    assert command[command.index("-cp") - len(options):command.index("-cp")] == options
+
+
 def test_temporary_data_dir_is_removed_by_stop() -> None:
     dev = DevBroker()
     assert dev.data_dir.is_dir()
