@@ -63,6 +63,8 @@ HI_S = 1.0
 SPARK_KAFKA_VERSION = os.environ.get("BENCH_SPARK_KAFKA_VERSION", "4.2.0")
 IVY_SETTINGS = Path(__file__).resolve().parent / "ivysettings.xml"
 IVY_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "marshal_py" / "ivy"
+#: The JVM options of a smoke run's Spark driver and executors (``--quick``).
+QUICK_JVM = "-XX:TieredStopAtLevel=1"
 ROOT = Path(__file__).resolve().parent.parent
 #: Records of the warm-up queries.
 WARM_UP_RECORDS = 2_000
@@ -168,6 +170,11 @@ def spark_session(ctx: BenchContext, master: str) -> Iterator[Any]:
     conf: dict[str, str | int] = {
         "spark.jars.packages": f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_KAFKA_VERSION}",
         "spark.jars.ivy": str(IVY_CACHE), "spark.jars.ivySettings": str(IVY_SETTINGS)}
+    if ctx.quick:
+        # A smoke run measures nothing quoted: its short-lived JVMs start quicker and spend
+        # less CPU with the quick compiler alone (as the test suite's drivers do).
+        conf["spark.driver.extraJavaOptions"] = QUICK_JVM
+        conf["spark.executor.extraJavaOptions"] = QUICK_JVM
     with contextlib.ExitStack() as stack:
         if master == "local":
             url = "local[2]"
