@@ -60,6 +60,7 @@ from marshal_py import Consumer, Marshaler
 from marshal_py.client import BrokerClock
 from marshal_py.client.engine_types import Mode
 from marshal_py.devbroker import KAFKA_VERSION, DevBroker
+from marshal_py.devbroker.broker_config import JVM_PERFORMANCE_OPTS
 
 HI_S = 1.0
 HI_MS = int(HI_S * 1000)
@@ -122,8 +123,11 @@ def machine_line() -> str:
             if line.startswith("MemTotal:"):
                 memory = f", {int(line.split()[1]) / 2**20:.0f} GiB"
                 break
+    # Options the dev broker's JVM takes from the environment change its figures: say so.
+    jvm = os.environ.get(JVM_PERFORMANCE_OPTS, "").strip()
     return (f"machine: {cpu}, {os.cpu_count()} cores{memory}, {platform.system()}, "
-            f"Python {platform.python_version()}, Kafka {KAFKA_VERSION} (dev broker), "
+            f"Python {platform.python_version()}, Kafka {KAFKA_VERSION} (dev broker"
+            f"{f', JVM {jvm}' if jvm else ''}), "
             f"kafka-python {kafka.__version__} (CRC32C in {crc32c_kind()})")
 
 
