@@ -39,6 +39,7 @@ from marshal_py.devbroker import (
 )
 from marshal_py.devbroker import broker as broker_module
 from marshal_py.devbroker import jars as jars_module
+from marshal_py.devbroker.broker_config import performance_options
 from marshal_py.devbroker.broker_log import describe_last_error
 from marshal_py.devbroker.security import SecureDevBroker
 from marshal_py.errors import DevBrokerError
@@ -229,7 +230,7 @@ def test_the_data_dir_notes_the_release_that_formatted_it(broker: DevBroker) -> 
 
 def test_the_jvm_takes_kafka_jvm_performance_opts(broker: DevBroker) -> None:
     # tests/conftest.py sets Kafka's variable for every broker of the suite.
-    options = os.environ["KAFKA_JVM_PERFORMANCE_OPTS"].split()
+    options = performance_options()  # read as the broker reads it
     assert options
     command = Path(f"/proc/{broker.pid}/cmdline").read_bytes().decode().split("\0")
     assert command[command.index("-cp") - len(options):command.index("-cp")] == options
