@@ -35,6 +35,7 @@ from marshal_py.devbroker.broker_config import (
 from marshal_py.devbroker.broker_config import new_cluster_id as new_cluster_id
 from marshal_py.devbroker.broker_log import read_log_tail, startup_failure
 from marshal_py.devbroker.broker_process import describe_cluster, kill_jvm, launch_jvm
+from marshal_py.devbroker.class_archive import ClassArchive, archive_path
 from marshal_py.devbroker.jars import KAFKA_VERSION, pinned_kafka_version, resolve_kafka_jars
 from marshal_py.devbroker.jvm import free_port
 from marshal_py.errors import DevBrokerError
@@ -119,6 +120,7 @@ class DevBroker(BrokerConfiguration):
         self._proc: subprocess.Popen[bytes] | None = None
         self._keep_for_inspection = False
         self._atexit_registered = False
+        self._class_archive = None
 
     # -- public properties ------------------------------------------------------------------
 
@@ -189,6 +191,7 @@ class DevBroker(BrokerConfiguration):
         java, major = find_java(self.kafka_version)
         log.debug("using %s (Java %d)", java, major)
         lib = resolve_kafka_jars(self.cache_dir, version=self.kafka_version)
+        self._class_archive = ClassArchive(archive_path(java, lib))
 
         check_port_free(self.port, self._port_label)
         if self.controller_port is None or not port_is_free(self.controller_port):
@@ -232,6 +235,7 @@ class DevBroker(BrokerConfiguration):
                 proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(timeout=timeout)
+                self._archive_exited(finished=True)
             except subprocess.TimeoutExpired:
                 log.warning(
                     "%s (pid %d) ignored SIGTERM for %.0f s; killing it",
@@ -241,7 +245,7 @@ class DevBroker(BrokerConfiguration):
                 )
                 self._kill()
         elif proc is not None and self._terminated:
-            pass  # terminate() asked it to exit, and it did
+            self._archive_exited(finished=True)  # terminate() asked it to exit, and it did
         elif proc is not None:
             log.warning(
                 "%s (pid %d) had exited with status %s", self.name, proc.pid, proc.poll()
@@ -273,6 +277,7 @@ class DevBroker(BrokerConfiguration):
             return
         log.info("killing %s (pid %d) with SIGKILL", self.name, proc.pid)
         self._kill()
+        self._archive_exited(finished=False)
         self._proc = None
         with contextlib.suppress(OSError):
             self._pid_path.unlink()
@@ -306,6 +311,7 @@ class DevBroker(BrokerConfiguration):
             java,
             f"-Xmx{self.heap}",
             "-XX:+ExitOnOutOfMemoryError",
+            *(self._class_archive.launch_options() if self._class_archive is not None else []),
             *self._jvm_options(),
             "-cp",
             f"{lib}/*",
@@ -371,6 +377,11 @@ class DevBroker(BrokerConfiguration):
         if self._proc is not None:
             kill_jvm(self._proc)
 
+    def _archive_exited(self, *, finished: bool) -> None:
+        """The JVM has exited: its class dump, if it made one, is kept when ``finished``."""
+        if self._class_archive is not None:
+            self._class_archive.exited(finished=finished)
+
     def _reap(self) -> None:
         """Forget the JVM: make sure it is dead and reaped, drop the pid file and atexit hook."""
         proc = self._proc
@@ -378,6 +389,7 @@ class DevBroker(BrokerConfiguration):
             if proc.poll() is None:
                 self._kill()
             self._proc = None
+        self._archive_exited(finished=False)  # a dump not published by now is not whole
         with contextlib.suppress(OSError):
             self._pid_path.unlink()
         if self._atexit_registered:

@@ -17,6 +17,7 @@ import socket
 from pathlib import Path
 
 from marshal_py.devbroker import jvm
+from marshal_py.devbroker.class_archive import ClassArchive
 from marshal_py.devbroker.storage import (
     check_formatted_by,
     format_storage,
@@ -136,6 +137,8 @@ class BrokerConfiguration:
     kafka_version: str
     #: The KRaft cluster id the storage is formatted with (a new one when None).
     cluster_id: str | None
+    #: The class-data sharing archive of the Java and jars last prepared (None before).
+    _class_archive: ClassArchive | None
 
     @property
     def _kafka_log_dir(self) -> Path:
@@ -171,7 +174,8 @@ class BrokerConfiguration:
             log.debug("%s is already formatted", self._kafka_log_dir)
             check_formatted_by(self.data_dir, self.kafka_version)
             return
-        format_storage([java, *self._jvm_options(), "-cp", f"{lib}/*"],
+        archive = self._class_archive.options() if self._class_archive is not None else []
+        format_storage([java, *archive, *self._jvm_options(), "-cp", f"{lib}/*"],
                        cluster_id=self.cluster_id or new_cluster_id(), properties=properties,
                        data_dir=self.data_dir, kafka_log_dir=self._kafka_log_dir,
                        kafka_version=self.kafka_version, extra_args=self._format_extra_args())

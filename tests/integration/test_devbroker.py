@@ -236,6 +236,25 @@ def test_the_jvm_takes_kafka_jvm_performance_opts(broker: DevBroker) -> None:
     assert command[command.index("-cp") - len(options):command.index("-cp")] == options
 
 
+def test_a_stopped_broker_leaves_an_archive_of_its_classes_that_the_next_one_maps(
+        tmp_path: Path) -> None:
+    # A cache of its own (the real jars, linked): the first broker finds no archive there.
+    version_dir = tmp_path / "cache" / f"kafka-{KAFKA_VERSION}"
+    version_dir.mkdir(parents=True)
+    (version_dir / "lib").symlink_to(resolve_kafka_jars())
+    first = DevBroker(cache_dir=tmp_path / "cache")
+    first.start()
+    try:
+        assert not list(version_dir.glob("broker-classes-*.jsa"))  # dumped as it exits
+    finally:
+        first.stop()
+    (archive,) = version_dir.glob("broker-classes-*.jsa")
+    assert not list(version_dir.glob(".broker-classes-*"))  # the dump was renamed into place
+    with DevBroker(cache_dir=tmp_path / "cache") as second:
+        assert second.pid is not None
+        assert str(archive) in Path(f"/proc/{second.pid}/maps").read_text()  # mapped
+
+
 def test_temporary_data_dir_is_removed_by_stop() -> None:
     dev = DevBroker()
     assert dev.data_dir.is_dir()
