@@ -8,6 +8,12 @@ kill -9 never leaves half a file).
         [--stop-after N] [--max-batches N] [--option NAME=VALUE ...]
         [--reader-option NAME=VALUE ...] [--cluster]
 
+    python -m tests.spark.range_stream_process --serve
+
+``--serve``: a :mod:`tests.spark.session_server` process running one stream after another on
+one session (each request names the arguments of a run, as above, but for ``--no-connector``,
+``--cluster`` and ``--master``): the restarts of the crash tests need no session of their own.
+
 ``--cluster``: on a standalone cluster of 2 one-core workers started here (executor JVMs of
 their own, no marshal_py on their Python path), not local[2].
 
@@ -23,9 +29,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +43,10 @@ from marshal_py.spark.connector import kafka_connector_conf
 from marshal_py.spark.range_stream import RangeStream, read_stream
 from marshal_py.spark.session import local_session
 from tests.spark.quick_jvm import driver_java_options
+from tests.spark.session_server import serve
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
     for name in ("bootstrap", "ctopic", "group", "topic", "out", "tag"):
         parser.add_argument(name)
@@ -53,7 +62,16 @@ def main() -> int:
     parser.add_argument("--cluster", action="store_true")
     parser.add_argument("--master", default=None,
                         help="a running standalone cluster's master URL (instead of --cluster)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> int:
+    if sys.argv[1:] == ["--serve"]:
+        serve(lambda: local_session("range-stream-server", "local[2]", **{
+            "spark.driver.extraJavaOptions": driver_java_options(), **kafka_connector_conf()}),
+            run_requested)
+        return 0
+    args = parser().parse_args()
     with contextlib.ExitStack() as stack:
         master = "local[2]"
         conf: dict[str, str | int] = {"spark.driver.extraJavaOptions": driver_java_options()}
@@ -73,6 +91,22 @@ def main() -> int:
         spark = local_session(f"range-stream-{args.tag}", master=master, **conf)
         stack.callback(spark.stop)
         return run(spark, args)
+
+
+def run_requested(spark: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """``--serve``: one run, ``{"argv": [the arguments of a run of its own]}``, on the served
+    session; the answer is its exit status and what it wrote on stderr (a failed batch's
+    traceback included)."""
+    args = parser().parse_args(request["argv"])
+    if args.no_connector or args.cluster or args.master:
+        raise ValueError("--no-connector, --cluster and --master need a process of their own")
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            returncode = run(spark, args)
+    except Exception:  # as the process of its own would end: status 1 with the traceback
+        return {"returncode": 1, "stderr": stderr.getvalue() + traceback.format_exc()}
+    return {"returncode": returncode, "stderr": stderr.getvalue()}
 
 
 def run(spark: Any, args: argparse.Namespace) -> int:

@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,6 +48,7 @@ from marshal_py.protocol import (
     encode,
 )
 from marshal_py.spark.audit import run_spark_audit
+from tests.spark.session_server import SessionProcess
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,7 +58,6 @@ pytestmark = pytest.mark.integration
 HI = 10_000
 CP = 4
 T0 = 1_700_000_000_000
-ROOT = Path(__file__).resolve().parents[2]
 HANDMADE_RECORDS = 34
 
 
@@ -264,68 +260,26 @@ def test_the_spark_engine_from_the_command_line(kafka_bootstrap: str, handmade_t
 
 class JvmAuditor:
     """The Spark engine on a session with Spark's Kafka connector, in a process of its own
-    (:mod:`tests.spark.audit_process`; pyspark allows one session per process and the
-    ``spark`` fixture's has no connector): started once for the module's tests, it audits
-    one topic after another."""
+    (:mod:`tests.spark.audit_process`, a :mod:`tests.spark.session_server`): started once for
+    the module's tests, it audits one topic after another."""
 
     def __init__(self, scratch: Path) -> None:
-        self._stderr_path = scratch / "audit_process.stderr"
-        self._stderr = self._stderr_path.open("w")
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "tests.spark.audit_process", str(HI)], cwd=ROOT,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)})
-        self._answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self._ready = False
-
-    def _read(self) -> None:
-        assert self._process.stdout is not None
-        try:
-            for line in self._process.stdout:
-                self._answers.put(json.loads(line))
-        finally:
-            self._answers.put(None)  # the process ended (or wrote what is not an answer)
-
-    def _next(self, what: str, timeout_s: float) -> dict[str, Any]:
-        try:
-            answer = self._answers.get(timeout=timeout_s)
-        except queue.Empty:
-            answer = None
-            ended = f"no answer within {timeout_s:g} s"
-        else:
-            ended = f"the process ended (exit code {self._process.poll()})"
-        if answer is None:
-            pytest.fail(f"the JVM-reader audit process, {what}: {ended}\n"
-                        f"{self._stderr_path.read_text()[-3000:]}")
-        return answer
+        self._process = SessionProcess("tests.spark.audit_process", [str(HI)], scratch,
+                                       "the JVM-reader audit process")
 
     def submit(self, bootstrap: str, topic: str, output: Path) -> None:
         """Ask for an audit of ``topic`` into ``output``; :meth:`result` waits for it."""
-        assert self._process.stdin is not None
-        self._process.stdin.write(json.dumps(
-            {"bootstrap": bootstrap, "topic": topic, "output": str(output)}) + "\n")
-        self._process.stdin.flush()
+        self._process.submit({"bootstrap": bootstrap, "topic": topic, "output": str(output)})
 
     def result(self, timeout_s: float) -> dict[str, Any]:
         """The result of the audit asked for first among those not answered yet."""
-        if not self._ready:
-            assert self._next("starting its Spark session", timeout_s) == {"ready": True}
-            self._ready = True
-        answer = self._next("auditing", timeout_s)
+        answer = self._process.answer("auditing", timeout_s)
         assert answer["ok"], answer["error"]
         result: dict[str, Any] = answer["result"]
         return result
 
     def close(self) -> None:
-        assert self._process.stdin is not None
-        self._process.stdin.close()
-        try:
-            self._process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
-        self._stderr.close()
+        self._process.close()
 
 
 @pytest.fixture(scope="module")

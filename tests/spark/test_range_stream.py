@@ -1,7 +1,9 @@
 """``read_stream``: the driver coordinates, Spark's own Kafka reader reads (docs/spark.md).
 
 The crash tests run the stream in a process of its own (tests/spark/range_stream_process.py,
-a session with Spark's Kafka connector), kill it with SIGKILL mid-run and start it again.
+a session with Spark's Kafka connector), kill it with SIGKILL mid-run and start it again. The
+runs that need no process of their own (restarts, streams that end by themselves) run one after
+another in one more such process, started once for the module (``streams``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
@@ -23,6 +27,7 @@ from marshal_py.world import Owner
 from tests.integration.consumer_support import Cluster, wait_for
 from tests.integration.test_auth import key_file
 from tests.integration.test_transactional_input import PLAN, lag_rows
+from tests.spark.session_server import SessionProcess
 from tests.spark.test_source_auth import KEY, group_records, rejected_line
 from tests.txn_input import create_topic, read_all, write_transactions
 
@@ -43,7 +48,42 @@ def delivered(out: Path, pattern: str = "run*.json") -> list[tuple[int, int]]:
     return rows
 
 
-def kill_mid_run_then_restart(world: Cluster, tmp_path: Path, mode: str) -> Path:
+@dataclass
+class Ran:
+    """How a run of the stream ended."""
+
+    returncode: int
+    stderr: str
+
+
+@pytest.fixture(scope="module")
+def streams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionProcess]:
+    """A range_stream_process serving runs on one session (``--serve``)."""
+    server = SessionProcess("tests.spark.range_stream_process", ["--serve"],
+                            tmp_path_factory.mktemp("streams"), "the range-stream process")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def run_stream(world: Cluster | SimpleNamespace, out: Path, tag: str, *extra: str,
+               on: SessionProcess | None = None) -> Ran:
+    """One run of the stream until it ends: ``on`` the serving process, or in a process of
+    its own when None."""
+    argv = [world.bootstrap, world.ctopic, world.group, world.topic, str(out), tag, *extra]
+    if on is None:
+        done = subprocess.run([sys.executable, "-m", "tests.spark.range_stream_process", *argv],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+        return Ran(done.returncode, done.stderr)
+    on.submit({"argv": argv})
+    answer = on.answer("running a stream", 300)
+    assert answer["ok"], answer["error"]
+    return Ran(**answer["result"])
+
+
+def kill_mid_run_then_restart(world: Cluster, tmp_path: Path, mode: str,
+                              streams: SessionProcess) -> Path:
     """Run a stream in ``mode`` until it wrote 3 batches, SIGKILL it, run it again until it
     has read what is available; return the directory of the batches written."""
     out = tmp_path / "out"
@@ -63,19 +103,20 @@ def kill_mid_run_then_restart(world: Cluster, tmp_path: Path, mode: str) -> Path
     finally:
         if first.poll() is None:
             first.kill()
-    second = subprocess.run([*argv, "run2", "--mode", mode, "--max-per-batch", "5000"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    second = run_stream(world, out, "run2", "--mode", mode, "--max-per-batch", "5000",
+                        on=streams)
     assert second.returncode == 0, second.stderr[-3000:]
     assert list(out.glob("run2-*.json")), "the restarted stream read nothing"
     return out
 
 
 def test_alo_stream_killed_9_mid_run_then_restarted_delivers_every_record(
-        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path,
+        streams: SessionProcess) -> None:
     world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
     try:
         produced = world.producer.send(2000)
-        out = kill_mid_run_then_restart(world, tmp_path, "alo")
+        out = kill_mid_run_then_restart(world, tmp_path, "alo", streams)
         seen = set(delivered(out))
         assert set(produced) <= seen, f"lost {len(set(produced) - seen)} records"
     finally:
@@ -83,11 +124,12 @@ def test_alo_stream_killed_9_mid_run_then_restarted_delivers_every_record(
 
 
 def test_amo_stream_killed_9_mid_run_then_restarted_never_delivers_a_record_twice(
-        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path,
+        streams: SessionProcess) -> None:
     world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
     try:
         produced = world.producer.send(2000)
-        out = kill_mid_run_then_restart(world, tmp_path, "amo")
+        out = kill_mid_run_then_restart(world, tmp_path, "amo", streams)
         counts = Counter(delivered(out))
         assert [tp for tp, n in counts.items() if n > 1] == []
         assert set(counts) <= set(produced)
@@ -95,26 +137,21 @@ def test_amo_stream_killed_9_mid_run_then_restarted_never_delivers_a_record_twic
         world.close()
 
 
-def run_stream(world: Cluster | SimpleNamespace, out: Path, tag: str, *extra: str
-               ) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "tests.spark.range_stream_process", world.bootstrap,
-            world.ctopic, world.group, world.topic, str(out), tag, *extra]
-    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
-
-
 def test_alo_batch_whose_function_raised_is_not_committed_and_is_read_after_restart(
-        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path,
+        streams: SessionProcess) -> None:
     world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
     try:
         produced = world.producer.send(1000)
         out = tmp_path / "out"
         out.mkdir()
-        first = run_stream(world, out, "run1", "--max-per-batch", "100", "--fail-at", "2")
+        first = run_stream(world, out, "run1", "--max-per-batch", "100", "--fail-at", "2",
+                           on=streams)
         assert first.returncode == 1, first.stderr[-3000:]
         assert "failed on purpose" in first.stderr
         failed = set(delivered(out, "failed-run1.json"))
         assert len(failed) == 100
-        second = run_stream(world, out, "run2", "--max-per-batch", "5000")
+        second = run_stream(world, out, "run2", "--max-per-batch", "5000", on=streams)
         assert second.returncode == 0, second.stderr[-3000:]
         again = set(delivered(out, "run2-*.json"))
         assert failed <= again
@@ -124,17 +161,18 @@ def test_alo_batch_whose_function_raised_is_not_committed_and_is_read_after_rest
 
 
 def test_alo_stream_stopped_then_restarted_reads_no_record_twice(
-        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path,
+        streams: SessionProcess) -> None:
     world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
     try:
         produced = world.producer.send(1000)
         out = tmp_path / "out"
         out.mkdir()
         first = run_stream(world, out, "run1", "--follow", "--max-per-batch", "100",
-                           "--stop-after", "2")
+                           "--stop-after", "2", on=streams)
         assert first.returncode == 0, first.stderr[-3000:]
         assert len(list(out.glob("run1-*.json"))) == 3  # the batch calling stop() completes
-        second = run_stream(world, out, "run2", "--max-per-batch", "5000")
+        second = run_stream(world, out, "run2", "--max-per-batch", "5000", on=streams)
         assert second.returncode == 0, second.stderr[-3000:]
         counts = Counter(delivered(out))
         assert set(counts) == set(produced)
@@ -144,17 +182,19 @@ def test_alo_stream_stopped_then_restarted_reads_no_record_twice(
 
 
 def test_max_batches_runs_that_many_then_a_restart_continues_after_them(
-        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path,
+        streams: SessionProcess) -> None:
     world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
     try:
         produced = world.producer.send(1000)
         out = tmp_path / "out"
         out.mkdir()
-        first = run_stream(world, out, "run1", "--max-per-batch", "100", "--max-batches", "2")
+        first = run_stream(world, out, "run1", "--max-per-batch", "100", "--max-batches", "2",
+                           on=streams)
         assert first.returncode == 0, first.stderr[-3000:]
         assert len(delivered(out, "run1-*.json")) == 200
         assert len(list(out.glob("run1-*.json"))) == 2
-        second = run_stream(world, out, "run2", "--max-per-batch", "5000")
+        second = run_stream(world, out, "run2", "--max-per-batch", "5000", on=streams)
         assert second.returncode == 0, second.stderr[-3000:]
         counts = Counter(delivered(out))
         assert set(counts) == set(produced)
@@ -164,7 +204,8 @@ def test_max_batches_runs_that_many_then_a_restart_continues_after_them(
 
 
 def test_read_committed_stream_reads_each_committed_record_once_and_lag_ends_at_zero(
-        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path,
+        streams: SessionProcess) -> None:
     create_topic(kafka_bootstrap, unique_name)
     written = write_transactions(kafka_bootstrap, unique_name, PLAN)
     expected = [r.offset for r in read_all(kafka_bootstrap, unique_name, 0,  # type: ignore[attr-defined]
@@ -174,7 +215,7 @@ def test_read_committed_stream_reads_each_committed_record_once_and_lag_ends_at_
                             ctopic=f"__marshal-{unique_name}", group=f"{unique_name}.g")
     out = tmp_path / "out"
     out.mkdir()
-    done = run_stream(world, out, "run1", "--max-per-batch", "7")
+    done = run_stream(world, out, "run1", "--max-per-batch", "7", on=streams)
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(o for _, o in delivered(out)) == expected  # each once, nothing aborted
     assert lag_rows(kafka_bootstrap, world.ctopic, world.group) == \
@@ -195,14 +236,15 @@ def test_a_missing_topic_is_one_line_naming_it(
 
 
 def test_signed_group_stream_signs_every_record_and_reads_every_record(
-        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path,
+        streams: SessionProcess) -> None:
     world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=2)
     try:
         produced = world.producer.send(400)
         keys = key_file(tmp_path / "keys", world.group, (KEY,))
         out = tmp_path / "out"
         out.mkdir()
-        done = run_stream(world, out, "run1", "--option", f"auth.keys={keys}")
+        done = run_stream(world, out, "run1", "--option", f"auth.keys={keys}", on=streams)
         assert done.returncode == 0, done.stderr[-3000:]
         assert sorted(delivered(out)) == sorted(produced)
         records = group_records(world)
