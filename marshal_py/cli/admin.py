@@ -1,5 +1,5 @@
 """The administration commands: ``marshal groups``, ``lag``, ``reset-offsets`` and ``watch``
-(registered in :func:`marshal_py.cli._register_commands`), and the ``--metrics-port`` option
+(named in :data:`marshal_py.cli.app.COMMANDS`), and the ``--metrics-port`` option
 of ``marshal consume``.
 
 Mistakes (bad arguments, an unknown group, an unreachable broker, a missing topic) raise
@@ -336,6 +336,3 @@ def start_metrics(marshaler: Any) -> None:
     server = serve(marshaler, port, ctx.meta.get("marshal.metrics_addr", "127.0.0.1"))
     ctx.call_on_close(server.close)
     click.echo(f"marshal consume: metrics on {server.url}", err=True)
-
-
-COMMANDS = (init, groups, lag, reset_offsets, watch)

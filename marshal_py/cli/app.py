@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
@@ -14,7 +15,19 @@ from marshal_py.errors import MarshalError
 
 
 class MarshalGroup(click.Group):
-    """A click group whose errors are one line on stderr and exit status 2."""
+    """A click group whose errors are one line on stderr and exit status 2, and whose
+    commands (:data:`COMMANDS`) are imported when they are needed."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *super().list_commands(ctx)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is not None or cmd_name not in COMMANDS:
+            return found
+        module, name = COMMANDS[cmd_name]
+        command: click.Command = getattr(importlib.import_module(module), name)
+        return command
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
@@ -47,17 +60,19 @@ def main(verbose: int) -> None:
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
 
 
-def _register_commands() -> None:
-    from marshal_py.cli.admin import COMMANDS
-    from marshal_py.cli.audit import audit
-    from marshal_py.cli.consume import consume
-    from marshal_py.cli.dev_broker import dev_broker
-    from marshal_py.cli.inspect import state, tail
-    from marshal_py.cli.transactions import find_hanging
-
-    for command in (state, tail, consume, *COMMANDS, find_hanging, audit):  # init, groups, ...
-        main.add_command(command)
-    main.add_command(dev_broker, "dev-broker")
-
-
-_register_commands()
+#: Each command's module and its name there (``marshal --help`` lists them sorted). A
+#: command's module is imported when the command runs (or ``--help`` lists them all): a
+#: command line starts without importing every other command's dependencies.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "state": ("marshal_py.cli.inspect", "state"),
+    "tail": ("marshal_py.cli.inspect", "tail"),
+    "consume": ("marshal_py.cli.consume", "consume"),
+    "init": ("marshal_py.cli.admin", "init"),
+    "groups": ("marshal_py.cli.admin", "groups"),
+    "lag": ("marshal_py.cli.admin", "lag"),
+    "reset-offsets": ("marshal_py.cli.admin", "reset_offsets"),
+    "watch": ("marshal_py.cli.admin", "watch"),
+    "find-hanging": ("marshal_py.cli.transactions", "find_hanging"),
+    "audit": ("marshal_py.cli.audit", "audit"),
+    "dev-broker": ("marshal_py.cli.dev_broker", "dev_broker"),
+}

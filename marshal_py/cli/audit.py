@@ -1,5 +1,5 @@
-"""``marshal audit``: audit the whole coordination log (register with
-``main.add_command(audit)`` from :mod:`marshal_py.cli.audit`)."""
+"""``marshal audit``: audit the whole coordination log (named in
+:data:`marshal_py.cli.app.COMMANDS`)."""
 
 from __future__ import annotations
 

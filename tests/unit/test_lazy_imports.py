@@ -102,3 +102,27 @@ def test_the_spark_reader_leaves_the_executors_reading_to_the_executors() -> Non
     modules = imported_after("import marshal_py.spark.reader")
     assert "marshal_py.spark.fetch" not in modules
     assert "marshal_py.spark.gaps" not in modules
+
+
+def test_a_command_line_imports_its_own_command_only() -> None:
+    modules = imported_after(
+        "from marshal_py.cli import main\n"
+        "try:\n"
+        "    main(['tail', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass")
+    commands = {m for m in modules if m.startswith("marshal_py.cli.")}
+    assert commands == {"marshal_py.cli.app", "marshal_py.cli.inspect",
+                        "marshal_py.cli.common"}
+
+
+def test_every_command_is_found_where_the_group_says() -> None:
+    import click
+
+    from marshal_py.cli.app import COMMANDS, main
+
+    context = click.Context(main)
+    assert main.list_commands(context) == sorted(COMMANDS)
+    for name in COMMANDS:
+        command = main.get_command(context, name)
+        assert isinstance(command, click.Command) and command.name == name
