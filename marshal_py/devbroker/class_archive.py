@@ -26,6 +26,7 @@ import itertools
 import logging
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -41,16 +42,21 @@ _dumps = itertools.count()
 
 def archive_path(java: str, lib: Path) -> Path:
     """Where the archive of ``java`` running the jars in ``lib`` goes (it may not exist)."""
+    return lib.parent / f"{PREFIX}{classes_digest(Path(java), lib.glob('*.jar'))}.jsa"
+
+
+def classes_digest(java: Path, jars: Iterable[Path]) -> str:
+    """16 hex digits naming a Java and the jars of a class path, as an archive depends on
+    them: the JVM refuses an archive made on another base archive (another Java) or with
+    other jars on the class path (their paths, sizes and times)."""
     digest = hashlib.sha256()
-    binary = Path(java).resolve()
-    # The JVM refuses an archive made on another base archive (another Java) or with other
-    # jars on the class path (their paths, sizes and times): name it after exactly those.
+    binary = java.resolve()
     base = binary.parents[1] / "lib" / "server" / "classes.jsa"
-    for path in (binary, base, *sorted(lib.glob("*.jar"))):
+    for path in (binary, base, *sorted(jars)):
         with contextlib.suppress(OSError):
             stat = path.stat()
             digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return lib.parent / f"{PREFIX}{digest.hexdigest()[:16]}.jsa"
+    return digest.hexdigest()[:16]
 
 
 class ClassArchive:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import shlex
 import subprocess
@@ -34,6 +33,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from marshal_py.devbroker.class_archive import classes_digest
 from marshal_py.devbroker.jars import default_cache_dir
 
 #: C1 only: halves a test driver's start and typical test jobs on a loaded 2-core machine.
@@ -53,15 +53,8 @@ def archive_path() -> Path | None:
         home = spark_home()
     except MarshalError:
         return None
-    digest = hashlib.sha256()
-    # The JVM refuses an archive made by another Java (its base archive) or with other jars
-    # on the class path (their paths, sizes and times): name it after exactly those.
-    base = java.parents[1] / "lib" / "server" / "classes.jsa"
-    for path in (java, base, *sorted((home / "jars").glob("*.jar"))):
-        with contextlib.suppress(OSError):
-            stat = path.stat()
-            digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return default_cache_dir() / "spark" / f"classes-{digest.hexdigest()[:16]}.jsa"
+    digest = classes_digest(java, (home / "jars").glob("*.jar"))
+    return default_cache_dir() / "spark" / f"classes-{digest}.jsa"
 
 
 def driver_java_options() -> str:
