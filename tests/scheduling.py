@@ -32,7 +32,7 @@ SPARK_PARTS = {
                       "test_range_stream_secured.py"),
     "spark-source": ("test_source_integration.py", "test_transactional_input.py",
                      "test_source_key_shared.py"),
-    "spark-cluster": ("test_cluster.py", "test_source_cluster.py"),
+    "spark-cluster": ("test_cluster.py", "test_source_cluster.py", "test_quick_jvm.py"),
 }
 #: The files whose tests also run on a Kafka 3.9 broker (``ON_EVERY_BROKER``), one part: the
 #: 3.9 broker (a session fixture, started on first use) then starts once in the run, not on
