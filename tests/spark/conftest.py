@@ -57,7 +57,7 @@ import pytest
 
 from marshal_py.spark.cluster import StandaloneCluster
 from marshal_py.spark.session import local_session
-from tests.spark.quick_jvm import C1_ONLY, driver_java_options, ensure_archive
+from tests.spark.quick_jvm import QUICK_OPTIONS, driver_java_options, ensure_archive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -71,15 +71,16 @@ CLUSTER_WORKERS = 2
 
 # Test jobs are short: the C1 compiler alone (no C2) halves session start and typical test
 # jobs on a loaded 2-core machine (local session 7-9 s instead of 13-15 s, a mixed SQL and
-# Python UDF workload 11-20 s instead of 22-33 s), and drivers map Spark's classes from a
-# class-data sharing archive (tests/spark/quick_jvm.py). Not for benchmarks.
+# Python UDF workload 11-20 s instead of 22-33 s), the serial collector spends less CPU, and
+# drivers map Spark's classes from a class-data sharing archive (tests/spark/quick_jvm.py).
+# Not for benchmarks.
 
 LOCAL_SESSION_CONF: dict[str, str | int] = {}
 """Settings of the ``spark`` session on top of local_session's (and of the drivers' JVM
 options, :func:`tests.spark.quick_jvm.driver_java_options`)."""
 
 CLUSTER_SESSION_CONF: dict[str, str | int] = {
-    "spark.executor.extraJavaOptions": C1_ONLY,
+    "spark.executor.extraJavaOptions": QUICK_OPTIONS,
     "spark.executor.cores": 1,
     "spark.cores.max": CLUSTER_WORKERS,
     "spark.executor.memory": "512m",

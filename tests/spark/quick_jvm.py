@@ -1,13 +1,17 @@
-"""Quick-starting Spark drivers for the tests: C1 only, and Spark's classes from a CDS archive.
+"""Quick-starting Spark drivers for the tests: C1 only, the serial collector, and Spark's
+classes from a CDS archive.
 
 Test jobs are short, so the drivers the Spark tests start (the suite's own session, and the
 programs they run in processes of their own: range_stream_process.py, query_process.py, the
 example pipeline) run the C1 compiler only (``-XX:TieredStopAtLevel=1``: quick to start,
-slower in long hot loops) and map the classes a driver loads on its way up from a dynamic
-class-data sharing archive (the JDK's AppCDS, ``-XX:SharedArchiveFile``) instead of reading,
-parsing and verifying them from Spark's jars each time. On a quiet 2-core machine a local[2]
-session with the Kafka connector then starts in 3.1-3.9 s instead of 5.0-7.6 s, and its first
-Kafka relation loads in 0.4 s instead of 0.9-1.4 s. Not for benchmarks.
+slower in long hot loops) and the serial garbage collector (``-XX:+UseSerialGC``: none of
+G1's concurrent threads; a local session and two small jobs took 5.8-6.0 CPU-s with it
+against 6.1-6.3 without, four runs each, 2026-11-28), and they map the classes a driver
+loads on its way up from a dynamic class-data sharing archive (the JDK's AppCDS,
+``-XX:SharedArchiveFile``) instead of reading, parsing and verifying them from Spark's jars
+each time. On a quiet 2-core machine a local[2] session with the Kafka connector then starts
+in 3.1-3.9 s instead of 5.0-7.6 s, and its first Kafka relation loads in 0.4 s instead of
+0.9-1.4 s. Not for benchmarks.
 
 The archive is made once per machine and per Spark and Java (its file name is a digest of
 them) by :func:`ensure_archive`, which the Spark tests call before their first session
@@ -49,8 +53,9 @@ from typing import Any
 from marshal_py.devbroker.class_archive import classes_digest
 from marshal_py.devbroker.jars import default_cache_dir
 
-#: C1 only: halves a test driver's start and typical test jobs on a loaded 2-core machine.
-C1_ONLY = "-XX:TieredStopAtLevel=1"
+#: The JVM options of the tests' Spark drivers and executors: C1 only (it halves a test
+#: driver's start and typical test jobs on a loaded 2-core machine) and the serial collector.
+QUICK_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -143,8 +148,8 @@ def driver_java_options() -> str:
     when it exists."""
     path = archive_path()
     if path is not None and path.is_file():
-        return f"{C1_ONLY} -XX:SharedArchiveFile={path}"
-    return C1_ONLY
+        return f"{QUICK_OPTIONS} -XX:SharedArchiveFile={path}"
+    return QUICK_OPTIONS
 
 
 def program_env() -> dict[str, str]:
@@ -230,7 +235,7 @@ def _make(out: Path, home: Path) -> None:
 
     session.spark_home = lambda: home  # the class path's paths are the archive's
     spark = session.local_session("class-archive", **kafka_connector_conf(), **{
-        "spark.driver.extraJavaOptions": f"{C1_ONLY} -XX:ArchiveClassesAtExit={out}"})
+        "spark.driver.extraJavaOptions": f"{QUICK_OPTIONS} -XX:ArchiveClassesAtExit={out}"})
     gateway = spark.sparkContext._gateway
     assert gateway is not None
     jvm = gateway.proc
