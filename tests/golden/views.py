@@ -45,41 +45,22 @@ def counters(r: Any) -> dict[str, int]:
 
 def pair_view(r: Any, group: str, topic: str, now: int, hi: int) -> dict[str, Any]:
     """What the rationalizer shows of one (group, topic) pair at ``now``."""
-    life = r.group_state(group, topic, now)
-    members = r.members(group, topic, now)
+    return pair_static(r, group, topic) | pair_at(r, group, topic, now, hi)
+
+
+def pair_static(r: Any, group: str, topic: str) -> dict[str, Any]:
+    """The part of :func:`pair_view` that no query time changes (the queries are pure: a
+    caller comparing several times computes it once)."""
     seen = r.member_last_seen(group, topic)
-    view: dict[str, Any] = {
-        "claims": [claim(c, now) for c in r.claims(group, topic)],
-        "members": [owner(m) for m in members],
-        "life": None if life is None else (
-            life.group, life.topic, life.state.value, [owner(m) for m in life.members],
-            life.since_ms, life.expires_at_ms, life.intervals),
-        "last_checkpoint_ms": r.last_checkpoint_ms(group, topic),
-        "seen": sorted((owner(m), ts) for m, ts in seen.items()),
-        "per_member": sorted((owner(m), r.member_interval(group, topic, m),
-                              r.announced_interval(group, topic, m),
-                              r.member_capacity(group, topic, m)) for m in seen),
-        "group_interval": _interval(r.group_interval(group, topic, now)),
-        "group_interval_excluding": [
-            _interval(r.group_interval(group, topic, now, excluding_client=m.client_id))
-            for m in members],
-        "sequenced": r.sequenced(group, topic),
-    }
     shares = []
     for key, share in r.share_partitions(group, topic):
-        acquired = sorted(
-            (owner(m), [in_flight(x) for x in r.acquired_by(m, group, topic, key.partition, now)])
-            for m in seen)
         shares.append((key.partition, share.spso, share.speo, share.delivery_limit,
                        share.inflight_limit, share.dead_letter_topic,
-                       [in_flight(x) for x in share.in_flight(now)],
                        [in_flight(x) for x in share.in_flight()],
                        [in_flight(x) for x in share.stored_records()],
                        list(share.exhausted),
-                       sorted((s.value, n) for s, n in share.counts(now).items()),
                        in_flight(share.record(share.spso - 1)),
-                       in_flight(share.record(share.speo)), acquired))
-    view["shares"] = shares
+                       in_flight(share.record(share.speo))))
     keyed = []
     for key, state in r.key_shared_partitions(group, topic):
         owners = state.owners()
@@ -88,15 +69,50 @@ def pair_view(r: Any, group: str, topic: str, now: int, hi: int) -> dict[str, An
             [(run.first, run.last, owner(run.owner), run.committed) for run in state.runs()],
             sorted((owner(o), ts) for o, ts in state.last_seen.items()),
             sorted((owner(o), iv) for o, iv in state.intervals.items()),
-            _slot_runs(state.live_owners(now, hi)),
             state.lowest_committed(),
             sorted((owner(o), state.slots_of(o)) for o in {x for x in owners if x is not None}),
             _slot_runs(owners), _slot_runs(state.committed_offsets()),
             [owner(state.owner(s)) for s in (0, 511, 1023)],
             [state.committed(s) for s in (0, 511, 1023)],
         ))
-    view["keys"] = keyed
-    return view
+    return {
+        "last_checkpoint_ms": r.last_checkpoint_ms(group, topic),
+        "seen": sorted((owner(m), ts) for m, ts in seen.items()),
+        "per_member": sorted((owner(m), r.member_interval(group, topic, m),
+                              r.announced_interval(group, topic, m),
+                              r.member_capacity(group, topic, m)) for m in seen),
+        "sequenced": r.sequenced(group, topic),
+        "shares": shares,
+        "keys": keyed,
+    }
+
+
+def pair_at(r: Any, group: str, topic: str, now: int, hi: int) -> dict[str, Any]:
+    """The part of :func:`pair_view` that depends on the query time ``now``."""
+    life = r.group_state(group, topic, now)
+    members = r.members(group, topic, now)
+    seen = r.member_last_seen(group, topic)
+    shares = []
+    for key, share in r.share_partitions(group, topic):
+        acquired = sorted(
+            (owner(m), [in_flight(x) for x in r.acquired_by(m, group, topic, key.partition, now)])
+            for m in seen)
+        shares.append((key.partition, [in_flight(x) for x in share.in_flight(now)],
+                       sorted((s.value, n) for s, n in share.counts(now).items()), acquired))
+    return {
+        "claims": [claim(c, now) for c in r.claims(group, topic)],
+        "members": [owner(m) for m in members],
+        "life": None if life is None else (
+            life.group, life.topic, life.state.value, [owner(m) for m in life.members],
+            life.since_ms, life.expires_at_ms, life.intervals),
+        "group_interval": _interval(r.group_interval(group, topic, now)),
+        "group_interval_excluding": [
+            _interval(r.group_interval(group, topic, now, excluding_client=m.client_id))
+            for m in members],
+        "shares_at": shares,
+        "keys_at": [(key.partition, _slot_runs(state.live_owners(now, hi)))
+                    for key, state in r.key_shared_partitions(group, topic)],
+    }
 
 
 def _interval(found: Any) -> Any:
@@ -123,6 +139,11 @@ def _slot_runs(values: list[Any]) -> list[tuple[int, int, Any]]:
 
 def global_view(r: Any, now: int, coordination_partitions: int) -> dict[str, Any]:
     """The counters, positions and tables that are not about one pair."""
+    return global_static(r, coordination_partitions) | global_at(r, now)
+
+
+def global_static(r: Any, coordination_partitions: int) -> dict[str, Any]:
+    """The part of :func:`global_view` that no query time changes."""
     return {
         "counters": counters(r),
         "positions": [(r.next_position(p), r.last_timestamp_ms(p))
@@ -136,14 +157,29 @@ def global_view(r: Any, now: int, coordination_partitions: int) -> dict[str, Any
         "unsequenced": dict(r.unsequenced_ms),
         "expired_groups": r.expired_groups,
         "share_ignored_offsets": r.share_ignored_offsets,
-        "claims": [claim(c, now) for c in r.claims()],
     }
+
+
+def global_at(r: Any, now: int) -> dict[str, Any]:
+    """The part of :func:`global_view` that depends on the query time ``now``."""
+    return {"claims": [claim(c, now) for c in r.claims()]}
 
 
 def world(r: Any, now: int, hi_of: Any, coordination_partitions: int) -> dict[str, Any]:
     """Everything: the global view and every pair's view at ``now``."""
-    return global_view(r, now, coordination_partitions) | {
-        "pairs": {f"{g}|{t}": pair_view(r, g, t, now, hi_of(g)) for g, t in r.groups()}}
+    return world_static(r, coordination_partitions) | world_at(r, now, hi_of)
+
+
+def world_static(r: Any, coordination_partitions: int) -> dict[str, Any]:
+    """The part of :func:`world` that no query time changes."""
+    return global_static(r, coordination_partitions) | {
+        "pairs": {f"{g}|{t}": pair_static(r, g, t) for g, t in r.groups()}}
+
+
+def world_at(r: Any, now: int, hi_of: Any) -> dict[str, Any]:
+    """The part of :func:`world` that depends on the query time ``now``."""
+    return global_at(r, now) | {
+        "pairs_at": {f"{g}|{t}": pair_at(r, g, t, now, hi_of(g)) for g, t in r.groups()}}
 
 
 def snapshots(r: Any) -> dict[str, str]:
