@@ -9,6 +9,9 @@ leaves half a file).
 With ``--kafka-output`` the sink also produces every row to that topic (acks=all), keyed by
 the input record's coordinates ``<topic>/<partition>/<offset>``, before it writes the file:
 the recipe docs/spark.md gives for Kafka output.
+
+The run that is killed needs a process of its own; the restart that follows does not:
+:func:`restart_to_the_end` runs the same query in the test's own session.
 """
 
 from __future__ import annotations
@@ -16,12 +19,66 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from marshal_py.spark import register
 from marshal_py.spark.session import local_session
 from tests.spark.quick_jvm import driver_java_options
+
+
+def start_query(spark: Any, bootstrap: str, ctopic: str, group: str, topic: str, out: Path,
+                checkpoint: str, tag: str, *, follow: bool = False, mode: str = "alo",
+                max_per_batch: str = "300",
+                kafka_output: str | None = None) -> tuple[Any, Callable[[], None]]:
+    """Start the query on ``spark`` (``marshal`` registered); return it and what to call
+    once it has ended (it closes the Kafka output's producer)."""
+    producer = None
+    if kafka_output:
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                 enable_idempotence=True)
+
+    def sink(batch: Any, batch_id: int) -> None:
+        rows = [[r.partition, r.offset] for r in batch.select("partition", "offset").collect()]
+        if producer is not None:
+            for r in batch.select("topic", "partition", "offset", "value").collect():
+                producer.send(kafka_output, value=r.value,
+                              key=f"{r.topic}/{r.partition}/{r.offset}".encode())
+            producer.flush(timeout=60)
+        tmp = out / f".{tag}-{batch_id}.tmp"
+        tmp.write_text(json.dumps(rows))
+        os.replace(tmp, out / f"{tag}-{batch_id:05d}.json")
+
+    writer = (spark.readStream.format("marshal")
+              .option("bootstrap.servers", bootstrap)
+              .option("coordination.topic", ctopic).option("group", group)
+              .option("topics", topic).option("mode", mode)
+              .option("client.id", "crash-query").option("heartbeat.interval", "1")
+              .option("offset.reset", "earliest")
+              .option("maxRecordsPerTrigger", max_per_batch).load()
+              .writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint))
+    writer = (writer.trigger(processingTime="100 milliseconds") if follow
+              else writer.trigger(availableNow=True))
+    return writer.start(), (producer.close if producer is not None else lambda: None)
+
+
+def restart_to_the_end(spark: Any, bootstrap: str, ctopic: str, group: str, topic: str,
+                       out: Path, checkpoint: str, tag: str, *, timeout_s: float = 300,
+                       **options: Any) -> None:
+    """Run the query from its checkpoint until it has read what there is (availableNow) in
+    this process's session, ``spark``: the restart of a crash test, without a driver of its
+    own. Raises when the query failed or did not end within ``timeout_s``."""
+    query, done = start_query(spark, bootstrap, ctopic, group, topic, out, checkpoint, tag,
+                              **options)
+    try:
+        if not query.awaitTermination(timeout_s):
+            query.stop()
+            raise AssertionError(f"the restarted query did not end within {timeout_s:.0f} s")
+    finally:
+        done()
 
 
 def main() -> None:
@@ -36,37 +93,12 @@ def main() -> None:
     spark = local_session(f"query-{args.tag}",
                           **{"spark.driver.extraJavaOptions": driver_java_options()})
     register(spark)
-    out = Path(args.out)
-
-    producer = None
-    if args.kafka_output:
-        from kafka import KafkaProducer
-
-        producer = KafkaProducer(bootstrap_servers=args.bootstrap, acks="all",
-                                 enable_idempotence=True)
-
-    def sink(batch: Any, batch_id: int) -> None:
-        rows = [[r.partition, r.offset] for r in batch.select("partition", "offset").collect()]
-        if producer is not None:
-            for r in batch.select("topic", "partition", "offset", "value").collect():
-                producer.send(args.kafka_output, value=r.value,
-                              key=f"{r.topic}/{r.partition}/{r.offset}".encode())
-            producer.flush(timeout=60)
-        tmp = out / f".{args.tag}-{batch_id}.tmp"
-        tmp.write_text(json.dumps(rows))
-        os.replace(tmp, out / f"{args.tag}-{batch_id:05d}.json")
-
-    writer = (spark.readStream.format("marshal")
-              .option("bootstrap.servers", args.bootstrap)
-              .option("coordination.topic", args.ctopic).option("group", args.group)
-              .option("topics", args.topic).option("mode", args.mode)
-              .option("client.id", "crash-query").option("heartbeat.interval", "1")
-              .option("offset.reset", "earliest")
-              .option("maxRecordsPerTrigger", args.max_per_batch).load()
-              .writeStream.foreachBatch(sink).option("checkpointLocation", args.checkpoint))
-    writer = (writer.trigger(processingTime="100 milliseconds") if args.follow
-              else writer.trigger(availableNow=True))
-    writer.start().awaitTermination()
+    query, done = start_query(spark, args.bootstrap, args.ctopic, args.group, args.topic,
+                              Path(args.out), args.checkpoint, args.tag, follow=args.follow,
+                              mode=args.mode, max_per_batch=args.max_per_batch,
+                              kafka_output=args.kafka_output)
+    query.awaitTermination()
+    done()
     spark.stop()
 
 

@@ -37,6 +37,7 @@ from tests.integration.consumer_support import (
     tail_json,
     wait_for,
 )
+from tests.spark.query_process import restart_to_the_end
 
 pytestmark = pytest.mark.integration
 
@@ -284,7 +285,7 @@ def test_a_missing_topic_fails_the_query_with_one_clear_line(
 
 
 def test_alo_query_killed_9_mid_run_then_restarted_from_its_checkpoint_loses_nothing(
-        world: Cluster, tmp_path: Path) -> None:
+        marshal_spark: SparkSession, world: Cluster, tmp_path: Path) -> None:
     produced = world.producer.send(3000)
     out = tmp_path / "out"
     out.mkdir()
@@ -303,9 +304,9 @@ def test_alo_query_killed_9_mid_run_then_restarted_from_its_checkpoint_loses_not
     finally:
         if first.poll() is None:
             first.kill()
-    second = subprocess.run([*argv, "run2", "--max-per-batch", "5000"], cwd=root,
-                            capture_output=True, text=True, timeout=300)
-    assert second.returncode == 0, second.stderr[-3000:]
+    # The restart, in this process's session: the same query from the same checkpoint.
+    restart_to_the_end(marshal_spark, world.bootstrap, world.ctopic, world.group, world.topic,
+                       out, str(tmp_path / "checkpoint"), "run2", max_per_batch="5000")
     seen = Counter((p, o) for path in out.glob("*.json") for p, o in json.loads(path.read_text()))
     assert set(produced) <= set(seen), f"{len(set(produced) - set(seen))} records lost"
 
