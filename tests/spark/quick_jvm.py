@@ -121,13 +121,15 @@ def archive_path() -> Path | None:
 
 def _link_shared_home(home: Path) -> None:
     """Make the shared home of the checkout's Spark unless it exists (hard links to its jars
-    and a copy of its ``bin``), then make the checkout's jars hard links to the shared home's
-    files (each renamed into place: a JVM that has one open keeps it). Raises OSError where
-    hard links cannot be made."""
+    and a copy of its ``bin``; the homes of other pyspark versions go), then make the
+    checkout's jars hard links to the shared home's files (each renamed into place: a JVM
+    that has one open keeps it). Call it holding the archive's lock. Raises OSError where hard
+    links cannot be made."""
     shared = shared_home(home)
     if not shared.is_dir():
+        for left in shared.parent.glob(".home-*"):
+            shutil.rmtree(left, ignore_errors=True)  # left by a process killed making one
         made = shared.with_name(f".{shared.name}.{os.getpid()}")
-        shutil.rmtree(made, ignore_errors=True)
         (made / "jars").mkdir(parents=True)
         for jar in _jars(home):
             os.link(jar, made / "jars" / jar.name)
@@ -144,8 +146,8 @@ def _link_shared_home(home: Path) -> None:
 
 
 def driver_java_options() -> str:
-    """``spark.driver.extraJavaOptions`` of a test driver: C1 only, and the class archive
-    when it exists."""
+    """``spark.driver.extraJavaOptions`` of a test driver: :data:`QUICK_OPTIONS`, and the
+    class archive when it exists."""
     path = archive_path()
     if path is not None and path.is_file():
         return f"{QUICK_OPTIONS} -XX:SharedArchiveFile={path}"

@@ -42,6 +42,8 @@ def test_two_checkouts_of_one_pyspark_share_one_home_of_its_jars(
     assert shared == quick_jvm.shared_home(second)
     assert shared.parent == cache / "spark"
     assert not quick_jvm._shares_jars(first, shared)
+    left = shared.parent / f".{shared.name}.999999"  # a process killed while making it
+    (left / "jars").mkdir(parents=True)
 
     quick_jvm._link_shared_home(first)
     quick_jvm._link_shared_home(second)
@@ -55,6 +57,7 @@ def test_two_checkouts_of_one_pyspark_share_one_home_of_its_jars(
             assert (home / "jars" / name).read_bytes() == name[0].encode() * SIZES[name]
         assert (home / "jars" / "connect-repl" / "repl.jar").is_file()
     assert not [p for p in (first / "jars").iterdir() if p.name.startswith(".")]
+    assert not left.exists()
 
 
 def test_the_archive_is_named_after_the_shared_home_once_a_checkout_links_to_it(
