@@ -30,8 +30,12 @@ WEEK_MS = 7 * 24 * 3600 * 1000
 
 
 def marshal(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the CLI with its output to pipes, in the environment of a shell without a terminal:
+    without ``COLUMNS`` and ``LINES``, which pytest-xdist's workers set (80 x 24) and which
+    would make ``marshal watch`` cut its table to 80 columns under them only."""
+    env = {key: value for key, value in os.environ.items() if key not in ("COLUMNS", "LINES")}
     return subprocess.run([sys.executable, "-m", "marshal_py.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env=dict(os.environ))
+                          text=True, timeout=timeout, env=env)
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
