@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import shlex
@@ -60,9 +61,11 @@ QUICK_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@functools.cache
 def _java_and_home() -> tuple[Path, Path] | None:
     """The Java Spark runs and the checkout's Spark (pyspark's directory); None when they
-    cannot be found (the session's start then says why)."""
+    cannot be found (the session's start then says why). Looked up once per process: it
+    runs ``java -version``."""
     from marshal_py.errors import MarshalError
     from marshal_py.spark.session import find_java, spark_home
 
