@@ -103,6 +103,22 @@ def test_local_session_is_set_up_for_this_machine(spark: SparkSession) -> None:
     assert frame["s"].tolist() == [4950]
 
 
+def _pyspark_of_worker(_: int) -> tuple[str, list[str]]:
+    import pyspark
+
+    return pyspark.__file__ or "", [entry for entry in sys.path if entry.endswith(".zip")]
+
+
+def test_python_workers_load_pyspark_from_the_installed_package(spark: SparkSession) -> None:
+    """Not from the zip archives Spark puts first on their path (tests/spark/worker_site)."""
+    import pyspark
+
+    rows = spark.sparkContext.parallelize(range(2), 2).map(_pyspark_of_worker).collect()
+    assert {module for module, _ in rows} == {pyspark.__file__}
+    assert not [entry for _, archives in rows for entry in archives
+                if Path(entry).name == "pyspark.zip" or Path(entry).name.startswith("py4j-")]
+
+
 def test_local_session_refuses_a_second_session(spark: SparkSession) -> None:
     with pytest.raises(SparkError, match="already running in this process"):
         local_session("second")
