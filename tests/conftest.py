@@ -26,14 +26,6 @@ from tests.tiers import FAST
 #: (marshal_py.devbroker: Kafka's own variable); a value already set is kept.
 os.environ.setdefault("KAFKA_JVM_PERFORMANCE_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
-#: Spark's Python processes (workers, daemons, streaming source runners) load pyspark from the
-#: installed package, not from the zip archives Spark puts first on their path, which Python
-#: compiles anew in each process (tests/spark/worker_site/sitecustomize.py says more).
-WORKER_SITE = str(Path(__file__).resolve().parent / "spark" / "worker_site")
-if WORKER_SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [WORKER_SITE, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
-
 # No per-example deadline: the suite shares 2 cores with brokers and background jobs, and a
 # slow example is not a failure of the property (the tests that care time themselves).
 settings.register_profile("marshal", deadline=None)
@@ -44,6 +36,15 @@ settings.load_profile("marshal")
 FAST_EXAMPLES_DIVISOR = 10
 
 HERE = Path(__file__).resolve().parent
+
+#: Spark's Python processes (workers, daemons, streaming source runners) load pyspark from the
+#: installed package, not from the zip archives Spark puts first on their path, which Python
+#: compiles anew in each process (tests/spark/worker_site/sitecustomize.py says more).
+WORKER_SITE = str(HERE / "spark" / "worker_site")
+_PYTHONPATH = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+if WORKER_SITE not in _PYTHONPATH:
+    os.environ["PYTHONPATH"] = os.pathsep.join([WORKER_SITE, *_PYTHONPATH])
+
 #: Directories whose tests need no broker and no real time: CPU-bound on one core, they run
 #: first, while the background jobs take the other.
 PURE = ("unit", "property", "simulation", "golden")
