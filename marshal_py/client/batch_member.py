@@ -186,7 +186,13 @@ class ExclusiveBatchMember(BackgroundMember):
             return True
         if not self.engine.accept(topic, partition, epoch, [start, end - 1], end):
             return False
-        return self.engine.deliver(topic, partition, epoch, end - 1)
+        if self.engine.deliver(topic, partition, epoch, end - 1):
+            return True
+        # Confirmed in the log, but the lease lapsed while confirming: nothing was handed out.
+        # Under the same claim the range is planned again once a heartbeat restores the lease
+        # (its confirmation stands); only a new claim starts past it.
+        self.engine.rewind(topic, partition, epoch, start)
+        return False
 
     def _skip_to(self, tp: TP, epoch: int, position: int, floor: int) -> bool:
         """Records before ``floor`` were processed by an earlier run: commit past them."""

@@ -358,7 +358,9 @@ class HoldingMember(GroupMember[EngineConfig]):
         holding = self.holdings.get((topic, partition))
         if holding is None or not self.holds(topic, partition, epoch) or not offsets:
             return False
-        if self.config.mode == "amo":
+        if self.config.mode == "amo" and holding.lease.amo_confirmed < max(offsets):
+            # (A batch inside a window confirmed under this claim needs no new confirmation:
+            # a rewound batch is fetched again after its window was confirmed.)
             holding.lease.amo_wanted = max(holding.lease.amo_wanted, max(offsets))
             if not self._confirm_windows() or holding.lease.amo_confirmed < max(offsets):
                 self._sync_with_world()
