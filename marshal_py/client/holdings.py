@@ -350,19 +350,19 @@ class HoldingMember(GroupMember[EngineConfig]):
         """Decide, synchronously, whether a fetched batch may be delivered.
 
         At-least-once: yes while the claim is held. At-most-once: only once a
-        ClaimingMessages for the batch's last offset is confirmed in the log; a refused
-        batch is never delivered (it may be lost, never duplicated). Each record is then
-        handed out through :meth:`deliver`. (The threaded consumer confirms windows ahead
-        of delivery instead: :attr:`leases`.)
+        ClaimingMessages for the batch's last offset is confirmed in the log (under this
+        claim: a batch fetched again after a rewind needs no new one); a refused batch is
+        never delivered (it may be lost, never duplicated). Each record is then handed out
+        through :meth:`deliver`. (The threaded consumer confirms windows ahead of delivery
+        instead: :attr:`leases`.)
         """
         holding = self.holdings.get((topic, partition))
         if holding is None or not self.holds(topic, partition, epoch) or not offsets:
             return False
-        if self.config.mode == "amo" and holding.lease.amo_confirmed < max(offsets):
-            # (A batch inside a window confirmed under this claim needs no new confirmation:
-            # a rewound batch is fetched again after its window was confirmed.)
-            holding.lease.amo_wanted = max(holding.lease.amo_wanted, max(offsets))
-            if not self._confirm_windows() or holding.lease.amo_confirmed < max(offsets):
+        last = max(offsets)
+        if self.config.mode == "amo" and holding.lease.amo_confirmed < last:
+            holding.lease.amo_wanted = max(holding.lease.amo_wanted, last)
+            if not self._confirm_windows() or holding.lease.amo_confirmed < last:
                 self._sync_with_world()
                 return False
         holding.cursor.handed(offsets, next_position)

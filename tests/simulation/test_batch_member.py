@@ -43,6 +43,14 @@ class Host:
         pass
 
 
+def step(member: ExclusiveBatchMember, clock: VirtualClock, times: int) -> None:
+    """Run ``times`` engine steps, 100 virtual ms apart (as the background thread would)."""
+    for _ in range(times):
+        clock.advance(100)
+        with member._lock:
+            member.engine.tick()
+
+
 @pytest.fixture
 def amo() -> Iterator[tuple[ExclusiveBatchMember, SlowLog, VirtualClock]]:
     clock = VirtualClock()
@@ -60,10 +68,7 @@ def amo() -> Iterator[tuple[ExclusiveBatchMember, SlowLog, VirtualClock]]:
     # first step), then sleeps for the hour: the test steps the engine.
     member = ExclusiveBatchMember(Host(), engine, topic, tick_interval_s=3600)  # type: ignore[arg-type]
     try:
-        for _ in range(5):
-            clock.advance(100)
-            with member._lock:
-                engine.tick()
+        step(member, clock, 5)
         assert engine.assignments(), "the member claims the partition"
         yield member, log, clock
     finally:
@@ -78,9 +83,6 @@ def test_amo_range_confirmed_after_the_lease_lapsed_is_planned_again_not_lost(
     log.stall_ms = 2 * HI
     assert member.plan(40) == []
     # The next heartbeat restores the lease: the same records are planned, none skipped.
-    for _ in range(3):
-        clock.advance(100)
-        with member._lock:
-            member.engine.tick()
+    step(member, clock, 3)
     assert member.plan(40) == [PlannedRange("orders", 0, 0, 40)]
     assert member.plan(40) == [PlannedRange("orders", 0, 40, 80)]
