@@ -3,8 +3,9 @@ classes from a CDS archive.
 
 Test jobs are short, so the drivers the Spark tests start (the suite's own session, and the
 programs they run in processes of their own: range_stream_process.py, query_process.py,
-audit_process.py, the example pipeline) run the C1 compiler only (``-XX:TieredStopAtLevel=1``: quick to start,
-slower in long hot loops) and the serial garbage collector (``-XX:+UseSerialGC``: none of
+audit_process.py, the example pipeline) run the C1 compiler only
+(``-XX:TieredStopAtLevel=1``: quick to start, slower in long hot loops) and the serial
+garbage collector (``-XX:+UseSerialGC``: none of
 G1's concurrent threads; a local session and two small jobs took 5.8-6.0 CPU-s with it
 against 6.1-6.3 without, four runs each, 2026-11-28), and they map the classes a driver
 loads on its way up from a dynamic class-data sharing archive (the JDK's AppCDS,
