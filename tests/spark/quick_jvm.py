@@ -3,16 +3,15 @@ classes from a CDS archive.
 
 Test jobs are short, so the drivers the Spark tests start (the suite's own session, and the
 programs they run in processes of their own: range_stream_process.py, query_process.py,
-audit_process.py, the example pipeline) run the C1 compiler only
-(``-XX:TieredStopAtLevel=1``: quick to start, slower in long hot loops) and the serial
-garbage collector (``-XX:+UseSerialGC``: none of
-G1's concurrent threads; a local session and two small jobs took 5.8-6.0 CPU-s with it
-against 6.1-6.3 without, four runs each, 2026-11-28), and they map the classes a driver
-loads on its way up from a dynamic class-data sharing archive (the JDK's AppCDS,
-``-XX:SharedArchiveFile``) instead of reading, parsing and verifying them from Spark's jars
-each time. On a quiet 2-core machine a local[2] session with the Kafka connector then starts
-in 3.1-3.9 s instead of 5.0-7.6 s, and its first Kafka relation loads in 0.4 s instead of
-0.9-1.4 s. Not for benchmarks.
+audit_process.py, the example pipeline) run the C1 compiler only (``-XX:TieredStopAtLevel=1``:
+quick to start, slower in long hot loops) and the serial garbage collector
+(``-XX:+UseSerialGC``: none of G1's concurrent threads; a local session and two small jobs took
+5.8-6.0 CPU-s with it against 6.1-6.3 without, four runs each, 2026-11-28), and they map the
+classes a driver loads on its way up from a dynamic class-data sharing archive (the JDK's
+AppCDS, ``-XX:SharedArchiveFile``) instead of reading, parsing and verifying them from Spark's
+jars each time. On a quiet 2-core machine a local[2] session with the Kafka connector then
+starts in 3.1-3.9 s instead of 5.0-7.6 s, and its first Kafka relation loads in 0.4 s instead
+of 0.9-1.4 s. Not for benchmarks.
 
 The archive is made once per machine and per Spark and Java (its file name is a digest of
 them) by :func:`ensure_archive`, which the Spark tests call before their first session
