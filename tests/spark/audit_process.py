@@ -19,8 +19,7 @@ from typing import Any
 
 from marshal_py.spark.audit import run_spark_audit
 from marshal_py.spark.connector import kafka_connector_conf
-from marshal_py.spark.session import local_session
-from tests.spark.quick_jvm import driver_java_options
+from tests.spark.quick_jvm import quick_session
 from tests.spark.session_server import serve
 
 
@@ -33,9 +32,7 @@ def main() -> None:
                                  output=request["output"], spark=spark, timeout_s=30)
         return {**result.as_json(), **result.extra}
 
-    serve(lambda: local_session("audit-jvm-reader", "local[2]", **{
-        "spark.driver.extraJavaOptions": driver_java_options(), **kafka_connector_conf()}),
-          audit)
+    serve(lambda: quick_session("audit-jvm-reader", **kafka_connector_conf()), audit)
 
 
 if __name__ == "__main__":

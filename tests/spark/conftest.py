@@ -56,8 +56,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from marshal_py.spark.cluster import StandaloneCluster
-from marshal_py.spark.session import local_session
-from tests.spark.quick_jvm import QUICK_OPTIONS, driver_java_options, ensure_archive
+from tests.spark.quick_jvm import QUICK_OPTIONS, ensure_archive, quick_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -165,8 +164,7 @@ class SparkSessions:
         if self.kind == kind and self.session is not None and not _stopped(self.session):
             return self.session
         self.stop()
-        self.session = local_session(f"marshal-tests-{kind}", master, **{
-            "spark.driver.extraJavaOptions": driver_java_options(), **conf})
+        self.session = quick_session(f"marshal-tests-{kind}", master, **conf)
         self.kind = kind
         return self.session
 

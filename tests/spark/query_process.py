@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from marshal_py.spark import register
-from marshal_py.spark.session import local_session
-from tests.spark.quick_jvm import driver_java_options
+from tests.spark.quick_jvm import quick_session
 
 
 def start_query(spark: Any, bootstrap: str, ctopic: str, group: str, topic: str, out: Path,
@@ -90,8 +89,7 @@ def main() -> None:
     parser.add_argument("--max-per-batch", default="300")
     parser.add_argument("--kafka-output", default=None)
     args = parser.parse_args()
-    spark = local_session(f"query-{args.tag}",
-                          **{"spark.driver.extraJavaOptions": driver_java_options()})
+    spark = quick_session(f"query-{args.tag}")
     register(spark)
     query, done = start_query(spark, args.bootstrap, args.ctopic, args.group, args.topic,
                               Path(args.out), args.checkpoint, args.tag, follow=args.follow,

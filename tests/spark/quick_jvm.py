@@ -157,6 +157,15 @@ def driver_java_options() -> str:
     return QUICK_OPTIONS
 
 
+def quick_session(app_name: str, master: str = "local[2]", **conf: str | int) -> Any:
+    """A test driver's session: :func:`marshal_py.spark.session.local_session` with
+    :func:`driver_java_options` as ``spark.driver.extraJavaOptions``."""
+    from marshal_py.spark.session import local_session
+
+    return local_session(app_name, master,
+                         **{"spark.driver.extraJavaOptions": driver_java_options(), **conf})
+
+
 def program_env() -> dict[str, str]:
     """The environment for a program that starts a Spark driver of its own with settings the
     test does not choose (the example pipeline): this one, with ``PYSPARK_SUBMIT_ARGS``

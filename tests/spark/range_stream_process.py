@@ -41,8 +41,7 @@ from marshal_py.errors import MarshalError
 from marshal_py.spark.cluster import StandaloneCluster
 from marshal_py.spark.connector import kafka_connector_conf
 from marshal_py.spark.range_stream import RangeStream, read_stream
-from marshal_py.spark.session import local_session
-from tests.spark.quick_jvm import driver_java_options
+from tests.spark.quick_jvm import quick_session
 from tests.spark.session_server import serve
 
 
@@ -67,16 +66,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> int:
     if sys.argv[1:] == ["--serve"]:
-        serve(lambda: local_session("range-stream-server", "local[2]", **{
-            "spark.driver.extraJavaOptions": driver_java_options(), **kafka_connector_conf()}),
-            run_requested)
+        serve(lambda: quick_session("range-stream-server", **kafka_connector_conf()),
+              run_requested)
         return 0
     args = parser().parse_args()
     with contextlib.ExitStack() as stack:
         master = "local[2]"
-        conf: dict[str, str | int] = {"spark.driver.extraJavaOptions": driver_java_options()}
-        if not args.no_connector:
-            conf.update(kafka_connector_conf())
+        conf: dict[str, str | int] = {} if args.no_connector else dict(kafka_connector_conf())
         if args.cluster or args.master:
             if args.master:
                 master = args.master
@@ -88,7 +84,7 @@ def main() -> int:
                          "spark.executor.memory": "512m",
                          "spark.scheduler.minRegisteredResourcesRatio": "1.0",
                          "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s"})
-        spark = local_session(f"range-stream-{args.tag}", master=master, **conf)
+        spark = quick_session(f"range-stream-{args.tag}", master, **conf)
         stack.callback(spark.stop)
         return run(spark, args)
 
