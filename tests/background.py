@@ -1,10 +1,12 @@
 """Long, self-contained checks that run in a child process beside the rest of the suite.
 
-Some checks are whole programs with a broker of their own (the benchmark smoke run). Started
-when collection finishes, under ``nice -n 19``, they run on the CPU the foreground leaves
-idle: beside the pure tests (which run first, on one core) and while the broker tests wait on
-heartbeats, without taking the CPU from a test that times them. Their own test, run last,
-asserts on the outcome.
+Some checks are whole programs with a broker of their own (the benchmark smoke run). In a run
+without workers they start when collection finishes, under ``nice -n 19``, and run on the CPU
+the foreground leaves idle: beside the pure tests (which run first, on one core) and while the
+broker tests wait on heartbeats, without taking the CPU from a test that times them. Their own
+test, run last, asserts on the outcome. Under pytest-xdist (``bin/test``) the worker that
+takes a job's test runs the job then, at normal priority (``tests/conftest.py``): the workers
+are the parallelism, and ``tests/scheduling.py`` sends that part out early, as a long one.
 
 A test module declares its job at import time with :func:`background_job`; the job starts
 only if one of its tests is selected, and the suite runs the tests that read an outcome last.

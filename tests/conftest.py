@@ -1,8 +1,10 @@
 """Shared fixtures. The integration suite runs on a real Kafka broker that it starts itself.
 
-Order: the pure tests (unit, property, simulation: no broker, no real time) run first, then
-those that wait on a broker, last those that read the outcome of a background job
-(:mod:`tests.background`: started when collection ends, at the lowest CPU priority).
+Order, in one process: the pure tests (unit, property, simulation: no broker, no real time)
+run first, then those that wait on a broker, last those that read the outcome of a background
+job (:mod:`tests.background`: started when collection ends, at the lowest CPU priority).
+Under pytest-xdist (``bin/test``), parts of the suite go out in :mod:`tests.scheduling`'s
+order, the longest first, and a worker runs a job when its test asks for it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The benchmark harness runs end to end: ``python -m bench --quick`` (a smoke test, run in
-the background from the start of the session: tests/background.py).
+"""The benchmark harness runs end to end: ``python -m bench --quick`` (a smoke test: a job of
+tests/background.py, which the worker that takes this file runs under ``bin/test``, and which
+starts in the background when collection ends in a run without workers).
 
 Every suite runs at its smallest size against one dev broker, ours and every anchor once. It
 runs beside the rest of the suite: a member starved past 2 HI there loses its claims, and the
@@ -45,7 +46,8 @@ BENCH_QUICK = background_job(Job(
 @pytest.mark.integration
 @pytest.mark.timeout(2700)
 def test_every_suite_runs_quick_against_one_broker(background: BackgroundJobs) -> None:
-    """Run in the background from the start of the session (tests/background.py)."""
+    """The smoke run's outcome (tests/background.py: run by this worker, or in the background
+    since collection ended)."""
     done = background.outcome(BENCH_QUICK.name)
     assert done.returncode == 0, done.tail()
     for suite in SUITES:
