@@ -44,6 +44,7 @@ from marshal_py.client.fetch_types import (
 from marshal_py.errors import ConfigurationError
 from marshal_py.log.kafka import KafkaLogConfig, quick_metadata
 from marshal_py.log.kafka_auth import connection_error, data_topic_error
+from marshal_py.log.kafka_config import GROUPLESS
 
 log = logging.getLogger(__name__)
 
@@ -144,9 +145,9 @@ class KafkaPythonFetcher:
         #: Bytes per record fetched (a moving average), for :meth:`expect_records`.
         self._record_bytes: float | None = None
         try:
-            self._consumer = quick_metadata(KafkaConsumer(
-                group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
-                fetch_max_wait_ms=200, **config.client_config(KafkaConsumer)))
+            self._consumer = quick_metadata(KafkaConsumer(**config.client_config(
+                KafkaConsumer, defaults={"fetch_max_wait_ms": 200},
+                fixed={**GROUPLESS, "auto_offset_reset": "earliest"})))
         except (KafkaConnectionError, KafkaTimeoutError) as exc:  # refused credentials?
             raise connection_error(config, exc) from exc
         fetch_decoding.install(self._consumer)  # its fetches decoded by our reader

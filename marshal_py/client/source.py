@@ -14,6 +14,7 @@ from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from marshal_py.errors import TopicNotFoundError
 from marshal_py.log.kafka import KafkaLogConfig, kafka_topic_id, quick_metadata
 from marshal_py.log.kafka_auth import connection_error, data_topic_error, not_authorized
+from marshal_py.log.kafka_config import GROUPLESS
 from marshal_py.log.kafka_identity import topic_id_of
 
 _UNKNOWN_TOPIC = 3
@@ -58,8 +59,7 @@ class KafkaPartitionSource:
         try:
             self._admin = KafkaAdminClient(**self._config.client_config(KafkaAdminClient))
             self._consumer = quick_metadata(KafkaConsumer(
-                group_id=None, enable_auto_commit=False,
-                **self._config.client_config(KafkaConsumer)))
+                **self._config.client_config(KafkaConsumer, fixed=GROUPLESS)))
         except (KafkaConnectionError, KafkaTimeoutError) as exc:
             self._close_clients()
             raise connection_error(self._config, exc) from exc

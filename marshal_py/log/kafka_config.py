@@ -30,6 +30,24 @@ _KNOWN_SETTINGS = frozenset(KafkaConsumer.DEFAULT_CONFIG) | frozenset(
 ) | frozenset(KafkaAdminClient.DEFAULT_CONFIG)
 
 
+_GROUPLESS = ("they read without a Kafka consumer group (the group is Marshaler's group_id, "
+              "--group)")
+_NO_KAFKA_COMMITS = ("offsets are committed to the coordination topic (commit, commit_batch), "
+                     "never by Kafka's consumer")
+#: What every consumer marshal_py opens sets (none belongs to a Kafka consumer group).
+GROUPLESS: Mapping[str, Any] = {"group_id": None, "enable_auto_commit": False}
+#: kafka-python settings that marshal_py's clients set themselves: refused in
+#: ``kafka_config``, with what stands for them.
+OWN_SETTINGS = {
+    "group_id": _GROUPLESS,
+    "group_instance_id": _GROUPLESS,
+    "enable_auto_commit": _NO_KAFKA_COMMITS,
+    "auto_commit_interval_ms": _NO_KAFKA_COMMITS,
+    "auto_offset_reset": "where a partition without a committed offset starts is offset_reset "
+                         "(--offset-reset)",
+}
+
+
 @dataclass(frozen=True)
 class KafkaLogConfig:
     """How to reach Kafka and what the coordination topic looks like.
@@ -80,6 +98,11 @@ class KafkaLogConfig:
                 f"unknown kafka-python setting(s) {', '.join(unknown)}; see the settings of "
                 "KafkaConsumer, KafkaProducer and KafkaAdminClient"
             )
+        owned = [name for name in OWN_SETTINGS if name in self.kafka_config]
+        if owned:
+            raise ConfigurationError(
+                f"kafka_config sets {owned[0]}, which marshal_py's Kafka clients set "
+                f"themselves: {OWN_SETTINGS[owned[0]]}; remove it")
         conflict = coordination_producer_conflict(self.kafka_config)
         if conflict is not None:
             raise ConfigurationError(
@@ -94,9 +117,16 @@ class KafkaLogConfig:
         """The coordination index topic: ``index_topic``, or ``<topic>-index``."""
         return self.index_topic or index_topic_for(self.topic)
 
-    def client_config(self, client: type | None = None) -> dict[str, Any]:
+    def client_config(self, client: type | None = None, *,
+                      defaults: Mapping[str, Any] | None = None,
+                      fixed: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Settings for a kafka-python ``client`` class talking to this cluster: ours, plus
-        those of ``kafka_config`` that this kind of client knows (all of them if None)."""
+        those of ``kafka_config`` that this kind of client knows (all of them if None).
+        ``defaults``: a client's own choices that ``kafka_config`` may change (e.g.
+        ``fetch_max_wait_ms``); ``fixed``: those it may not (e.g. ``acks``), which win."""
+        return {**(defaults or {}), **self._client_config(client), **(fixed or {})}
+
+    def _client_config(self, client: type | None) -> dict[str, Any]:
         known = getattr(client, "DEFAULT_CONFIG", {})
         extra = {
             k: v for k, v in self.kafka_config.items() if client is None or k in known

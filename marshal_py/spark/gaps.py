@@ -71,8 +71,9 @@ def write_gaps(holder: ShareHolder, coordination: KafkaLogConfig,
         return True
     producer: KafkaProducer | None = None
     try:
-        producer = KafkaProducer(acks="all", enable_idempotence=True, linger_ms=0,
-                                 **coordination.client_config(KafkaProducer))
+        producer = KafkaProducer(**coordination.client_config(
+            KafkaProducer, defaults={"linger_ms": 0},
+            fixed={"acks": "all", "enable_idempotence": True}))
         futures = [producer.send(coordination.topic, value=record_value(holder, message),
                                  partition=partition)
                    for partition, message in messages]

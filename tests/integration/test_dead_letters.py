@@ -111,3 +111,36 @@ def test_a_letter_written_before_is_found_for_that_record_and_group_only(
         assert writer.already_written(dlq, "orders", 2, 41, since - 3_600_000)
     finally:
         writer.close()
+
+
+def test_client_settings_in_kafka_config_tune_every_client_of_a_member(
+        kafka_bootstrap: str, unique_name: str) -> None:
+    """Settings that a member's clients also choose themselves (the fetch wait, the linger,
+    acks) are taken from ``kafka_config`` by the data fetcher, the coordination reader and
+    writer and the dead-letter producer alike: each used to stop the member with kafka-python's
+    TypeError ("got multiple values for keyword argument")."""
+    topic, dlq, group = unique_name, f"{unique_name}-dlq", f"group-{unique_name}"
+    create_topic(kafka_bootstrap, topic, 1)
+    create_topic(kafka_bootstrap, dlq, 1)
+    produce(kafka_bootstrap, topic, 20)
+    tuned = {"fetch_max_wait_ms": 300, "linger_ms": 2, "acks": "all"}
+    with Marshaler(kafka_bootstrap, group, "tuned", heartbeat_interval=1.0,
+                   kafka_config=tuned) as marshaler:
+        consumer = marshaler.consumer([topic], "share", offset_reset="earliest",
+                                      delivery_limit=2, acknowledgement="explicit",
+                                      dead_letter_topic=dlq)
+        accepted: set[int] = set()
+
+        def handled() -> bool:
+            for record in consumer.poll(timeout_s=0.2):
+                if record.offset == 7:
+                    consumer.ack(record, "release")  # twice: then it is dead-lettered
+                else:
+                    consumer.ack(record, "accept")
+                    accepted.add(record.offset)
+            return len(accepted) == 19 and consumer.dead_lettered == 1
+
+        wait_for(handled, 30, "19 records accepted and offset 7 dead-lettered")
+        consumer.close()
+    letters = read_topic(kafka_bootstrap, dlq)
+    assert [(r.key, r.value) for r in letters] == [(b"k7", b"7")]

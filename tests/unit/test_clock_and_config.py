@@ -58,6 +58,34 @@ def test_settings_that_would_lose_or_reorder_coordination_records_are_refused(
     KafkaLogConfig(kafka_config={name: ok[name]})
 
 
+@pytest.mark.parametrize(("name", "instead"), [
+    ("group_id", "without a Kafka consumer group"),
+    ("group_instance_id", "without a Kafka consumer group"),
+    ("enable_auto_commit", "committed to the coordination topic"),
+    ("auto_commit_interval_ms", "committed to the coordination topic"),
+    ("auto_offset_reset", "is offset_reset"),
+])
+def test_settings_that_our_clients_set_themselves_are_refused_naming_what_stands_for_them(
+        name: str, instead: str) -> None:
+    """Given to the clients beside our own value, each made kafka-python raise a TypeError
+    ("got multiple values for keyword argument") when a member opened its fetcher."""
+    with pytest.raises(ConfigurationError, match=rf"^kafka_config sets {name}, which "
+                       rf"marshal_py's Kafka clients set themselves: .*{instead}.*; remove it$"):
+        KafkaLogConfig(kafka_config={name: "x"})
+
+
+def test_a_clients_own_choices_give_way_to_kafka_config_and_its_fixed_ones_do_not() -> None:
+    config = KafkaLogConfig(kafka_config={"fetch_max_wait_ms": 300, "linger_ms": 5,
+                                          "acks": "all"})
+    consumer = config.client_config(KafkaConsumer, defaults={"fetch_max_wait_ms": 200},
+                                    fixed={"group_id": None})
+    assert consumer["fetch_max_wait_ms"] == 300 and consumer["group_id"] is None
+    producer = config.client_config(KafkaProducer, defaults={"linger_ms": 0, "batch_size": 7},
+                                    fixed={"acks": "all", "enable_idempotence": True})
+    assert (producer["linger_ms"], producer["batch_size"]) == (5, 7)
+    assert producer["acks"] == "all" and producer["enable_idempotence"] is True
+
+
 def test_unknown_kafka_settings_are_a_clear_error() -> None:
     with pytest.raises(ConfigurationError, match=r"unknown kafka-python setting.*chek_crcs"):
         KafkaLogConfig(kafka_config={"chek_crcs": False})
