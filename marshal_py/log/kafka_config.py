@@ -30,12 +30,14 @@ _KNOWN_SETTINGS = frozenset(KafkaConsumer.DEFAULT_CONFIG) | frozenset(
 ) | frozenset(KafkaAdminClient.DEFAULT_CONFIG)
 
 
-_GROUPLESS = ("they read without a Kafka consumer group (the group is Marshaler's group_id, "
-              "--group)")
-_NO_KAFKA_COMMITS = ("offsets are committed to the coordination topic (commit, commit_batch), "
-                     "never by Kafka's consumer")
+_GROUPLESS = ("they read without a Kafka consumer group: the group is Marshaler's group_id, "
+              "--group")
+_NO_KAFKA_COMMITS = ("offsets are committed to the coordination topic by commit and "
+                     "commit_batch, never by Kafka's consumer")
 #: What every consumer marshal_py opens sets (none belongs to a Kafka consumer group).
 GROUPLESS: Mapping[str, Any] = {"group_id": None, "enable_auto_commit": False}
+_BYTES = ("they read and write bytes: coordination records are bytes, and records are handed "
+          "out as the broker stores them, to deserialize in your handler")
 #: kafka-python settings that marshal_py's clients set themselves: refused in
 #: ``kafka_config``, with what stands for them.
 OWN_SETTINGS = {
@@ -45,6 +47,10 @@ OWN_SETTINGS = {
     "auto_commit_interval_ms": _NO_KAFKA_COMMITS,
     "auto_offset_reset": "where a partition without a committed offset starts is offset_reset "
                          "(--offset-reset)",
+    "key_deserializer": _BYTES,
+    "value_deserializer": _BYTES,
+    "key_serializer": _BYTES,
+    "value_serializer": _BYTES,
 }
 
 
@@ -102,7 +108,7 @@ class KafkaLogConfig:
         if owned:
             raise ConfigurationError(
                 f"kafka_config sets {owned[0]}, which marshal_py's Kafka clients set "
-                f"themselves: {OWN_SETTINGS[owned[0]]}; remove it")
+                f"themselves ({OWN_SETTINGS[owned[0]]}); remove it")
         conflict = coordination_producer_conflict(self.kafka_config)
         if conflict is not None:
             raise ConfigurationError(

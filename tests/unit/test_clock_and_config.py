@@ -64,13 +64,19 @@ def test_settings_that_would_lose_or_reorder_coordination_records_are_refused(
     ("enable_auto_commit", "committed to the coordination topic"),
     ("auto_commit_interval_ms", "committed to the coordination topic"),
     ("auto_offset_reset", "is offset_reset"),
+    ("value_deserializer", "to deserialize in your handler"),
+    ("key_deserializer", "read and write bytes"),
+    ("value_serializer", "coordination records are bytes"),
+    ("key_serializer", "coordination records are bytes"),
 ])
 def test_settings_that_our_clients_set_themselves_are_refused_naming_what_stands_for_them(
         name: str, instead: str) -> None:
-    """Given to the clients beside our own value, each made kafka-python raise a TypeError
-    ("got multiple values for keyword argument") when a member opened its fetcher."""
+    """Given to the clients beside our own value, the first five made kafka-python raise a
+    TypeError ("got multiple values for keyword argument") when a member opened its fetcher;
+    a deserializer stopped it with an AttributeError reading the coordination topic's index,
+    and a serializer would have changed the coordination records it writes."""
     with pytest.raises(ConfigurationError, match=rf"^kafka_config sets {name}, which "
-                       rf"marshal_py's Kafka clients set themselves: .*{instead}.*; remove it$"):
+                       rf"marshal_py's Kafka clients set themselves \(.*{instead}.*\); remove it$"):
         KafkaLogConfig(kafka_config={name: "x"})
 
 
