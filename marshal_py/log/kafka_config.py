@@ -47,6 +47,10 @@ OWN_SETTINGS = {
     "auto_commit_interval_ms": _NO_KAFKA_COMMITS,
     "auto_offset_reset": "where a partition without a committed offset starts is offset_reset "
                          "(--offset-reset)",
+    "bootstrap_servers": "give the brokers as bootstrap_servers, --bootstrap-servers",
+    "transactional_id": "the coordination writer is idempotent, not transactional, and "
+                        "exactly-once mode gives each partition's producer a transactional id "
+                        "of its own",
     "key_deserializer": _BYTES,
     "value_deserializer": _BYTES,
     "key_serializer": _BYTES,

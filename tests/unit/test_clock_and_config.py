@@ -64,6 +64,8 @@ def test_settings_that_would_lose_or_reorder_coordination_records_are_refused(
     ("enable_auto_commit", "committed to the coordination topic"),
     ("auto_commit_interval_ms", "committed to the coordination topic"),
     ("auto_offset_reset", "is offset_reset"),
+    ("bootstrap_servers", "give the brokers as bootstrap_servers"),
+    ("transactional_id", "a transactional id of its own"),
     ("value_deserializer", "to deserialize in your handler"),
     ("key_deserializer", "read and write bytes"),
     ("value_serializer", "coordination records are bytes"),
@@ -74,7 +76,9 @@ def test_settings_that_our_clients_set_themselves_are_refused_naming_what_stands
     """Given to the clients beside our own value, the first five made kafka-python raise a
     TypeError ("got multiple values for keyword argument") when a member opened its fetcher;
     a deserializer stopped it with an AttributeError reading the coordination topic's index,
-    and a serializer would have changed the coordination records it writes."""
+    a serializer would have changed the coordination records it writes, a transactional id
+    failed its first append as "broker unavailable", and the brokers given here were used
+    while errors named the others."""
     with pytest.raises(ConfigurationError, match=rf"^kafka_config sets {name}, which "
                        rf"marshal_py's Kafka clients set themselves \(.*{instead}.*\); remove it$"):
         KafkaLogConfig(kafka_config={name: "x"})
