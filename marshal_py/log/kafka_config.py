@@ -102,17 +102,7 @@ class KafkaLogConfig:
         if self.timeout_s <= 0:
             raise ConfigurationError("timeout_s must be > 0")
 
-        unknown = sorted(set(self.kafka_config) - _KNOWN_SETTINGS)
-        if unknown:
-            raise ConfigurationError(
-                f"unknown kafka-python setting(s) {', '.join(unknown)}; see the settings of "
-                "KafkaConsumer, KafkaProducer and KafkaAdminClient"
-            )
-        owned = [name for name in OWN_SETTINGS if name in self.kafka_config]
-        if owned:
-            raise ConfigurationError(
-                f"kafka_config sets {owned[0]}, which marshal_py's Kafka clients set "
-                f"themselves ({OWN_SETTINGS[owned[0]]}); remove it")
+        check_kafka_settings(self.kafka_config)
         conflict = coordination_producer_conflict(self.kafka_config)
         if conflict is not None:
             raise ConfigurationError(
@@ -218,6 +208,23 @@ def close_producer(producer: KafkaProducer, timeout_s: float) -> None:
             sender.force_close()  # fails what is pending, ends the thread
         producer._closed = True  # nothing left to close at exit
         log.debug("closed the producer without its pending records")
+
+
+def check_kafka_settings(kafka_config: Mapping[str, Any], given_as: str = "kafka_config"
+                         ) -> None:
+    """Raise a one-line :class:`ConfigurationError` for a setting of ``kafka_config`` that
+    kafka-python does not know, or that marshal_py's clients set themselves
+    (:data:`OWN_SETTINGS`); ``given_as`` names where the settings came from."""
+    unknown = sorted(set(kafka_config) - _KNOWN_SETTINGS)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown kafka-python setting(s) {', '.join(unknown)} in {given_as}; see the "
+            "settings of KafkaConsumer, KafkaProducer and KafkaAdminClient")
+    owned = [name for name in OWN_SETTINGS if name in kafka_config]
+    if owned:
+        raise ConfigurationError(
+            f"{given_as} sets {owned[0]}, which marshal_py's Kafka clients set themselves "
+            f"({OWN_SETTINGS[owned[0]]}); remove it")
 
 
 def coordination_producer_conflict(kafka_config: Mapping[str, Any]) -> str | None:

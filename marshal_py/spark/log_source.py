@@ -83,6 +83,9 @@ class LogOptions:
         bootstrap = plain.get("bootstrap.servers", "").strip()
         if not bootstrap:
             raise ConfigurationError(f"the {FORMAT} source needs option bootstrap.servers")
+        from marshal_py.log.kafka_config import check_kafka_settings
+
+        check_kafka_settings(kafka, given_as=f"the {FORMAT} source's kafka.* options")
         self.bootstrap_servers = bootstrap
         self.topic = plain.get("topic", DEFAULT_TOPIC)
         self.kafka_config = kafka

@@ -55,6 +55,8 @@ def test_options_defaults_and_parsing() -> None:
     ({**BASE, "grup": "x"}, "unknown option 'grup'"),
     ({**BASE, "authKeys": "/k", "auth.keys": "/k"}, "given twice"),
     ({**BASE, "kafka.no_such_setting": "1"}, "unknown kafka-python setting"),
+    ({**BASE, "kafka.group_id": "etl"}, "sets group_id, which marshal_py's Kafka clients set "
+                                        "themselves"),
     ({**BASE, "mode": "share", "max.poll.interval": "0.5"}, "'max.poll.interval' must be >= 1"),
     ({**BASE, "max.poll.interval": "60"}, "'max.poll.interval' applies to mode share only"),
     ({**BASE, "fetcher": "java"}, "'fetcher' must be auto, confluent or kafka-python"),
@@ -66,6 +68,25 @@ def test_bad_options_are_refused_with_the_option_named(raw: dict[str, str],
                                                        message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         parse_options(raw)
+
+
+@pytest.mark.parametrize(("kafka", "message"), [
+    ({"kafka.chek_crcs": "false"}, "unknown kafka-python setting.*chek_crcs in the marshal_log "
+                                   "source's kafka.. options"),
+    ({"kafka.group_id": "audit"}, "^the marshal_log source's kafka.. options sets group_id, "
+                                  "which marshal_py's Kafka clients set themselves"),
+    ({"kafka.value_deserializer": "x"}, "sets value_deserializer"),
+])
+def test_the_log_sources_kafka_options_are_checked_as_a_members_are(
+        kafka: dict[str, str], message: str) -> None:
+    """They went straight to kafka-python: an unknown one failed in the task with kafka-python's
+    own error, and group_id, enable_auto_commit or auto_offset_reset replaced the reader's."""
+    from marshal_py.spark.log_source import LogOptions
+
+    with pytest.raises(ConfigurationError, match=message):
+        LogOptions({"bootstrap.servers": "127.0.0.1:9092", **kafka})
+    assert LogOptions({"bootstrap.servers": "b:1", "kafka.check_crcs": "false"}).kafka_config \
+        == {"check_crcs": False}
 
 
 def test_auth_keys_may_be_spelled_auth_keys_in_camel_case(tmp_path: Path) -> None:
