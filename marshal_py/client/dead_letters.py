@@ -18,7 +18,7 @@ from kafka.errors import KafkaError
 
 from marshal_py.errors import BrokerUnavailableError
 from marshal_py.log.kafka import KafkaLogConfig
-from marshal_py.log.kafka_config import GROUPLESS
+from marshal_py.log.kafka_config import GROUPLESS, SAFE_PRODUCER
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class DeadLetterWriter:
         ``dead_letter_topic`` and wait for the broker; BrokerUnavailableError when it fails."""
         if self._producer is None:
             self._producer = KafkaProducer(**self._kafka.client_config(
-                KafkaProducer, fixed={"acks": "all", "enable_idempotence": True}))
+                KafkaProducer, fixed=SAFE_PRODUCER))
         headers = [
             (GROUP, self._group.encode()),
             (TOPIC, record.topic.encode()),

@@ -40,7 +40,12 @@ from marshal_py.errors import (
     MarshalError,
 )
 from marshal_py.log.kafka_auth import is_authorization_failure, not_authorized, principal
-from marshal_py.log.kafka_config import KafkaLogConfig, close_producer, quick_metadata
+from marshal_py.log.kafka_config import (
+    SAFE_PRODUCER,
+    KafkaLogConfig,
+    close_producer,
+    quick_metadata,
+)
 
 log = logging.getLogger(__name__)
 
@@ -142,15 +147,14 @@ class PartitionProducer:
         self.retired = False
         self._open = False
         try:
-            self._producer = quick_metadata(KafkaProducer(**{
-                **config.client_config(KafkaProducer),
-                "transactional_id": tid,
-                "transaction_timeout_ms": transaction_timeout_ms,
-                "acks": "all",
-                "enable_idempotence": True,
-                "linger_ms": 5,
-                "max_block_ms": int(timeout_s * 1000),
-            }))
+            self._producer = quick_metadata(KafkaProducer(**config.client_config(
+                KafkaProducer, fixed={
+                    **SAFE_PRODUCER,
+                    "transactional_id": tid,
+                    "transaction_timeout_ms": transaction_timeout_ms,
+                    "linger_ms": 5,
+                    "max_block_ms": int(timeout_s * 1000),
+                })))
         except KafkaError as exc:
             raise transaction_error(config, exc, tid, "connecting a transactional producer") \
                 from exc

@@ -265,10 +265,9 @@ class HangingTransactions:
         assert hanging.transactional_id is not None
         producer = None
         try:
-            producer = KafkaProducer(**{
-                **self.config.client_config(KafkaProducer),
+            producer = KafkaProducer(**self.config.client_config(KafkaProducer, fixed={
                 "transactional_id": hanging.transactional_id,
-                "max_block_ms": int(self.config.timeout_s * 1000)})
+                "max_block_ms": int(self.config.timeout_s * 1000)}))
             producer.init_transactions()
             now = producer._transaction_manager.producer_id_and_epoch
             got = (int(now.producer_id), int(now.epoch))

@@ -23,7 +23,13 @@ from kafka.errors import (
 
 from marshal_py.errors import BrokerUnavailableError, MarshalError, RecordTooLargeError
 from marshal_py.log.kafka_auth import connection_error, is_authorization_failure, not_authorized
-from marshal_py.log.kafka_config import GROUPLESS, SEND_BLOCK_MS, KafkaLogConfig, quick_metadata
+from marshal_py.log.kafka_config import (
+    GROUPLESS,
+    SAFE_PRODUCER,
+    SEND_BLOCK_MS,
+    KafkaLogConfig,
+    quick_metadata,
+)
 from marshal_py.log.kafka_fetch import install
 
 __all__ = ["READER_FETCH_BYTES", "awaiting", "kafka_errors", "open_reader", "open_writer",
@@ -48,15 +54,13 @@ def open_writer(config: KafkaLogConfig) -> KafkaProducer:
         # Idempotence also keeps each partition's records in the order they were sent:
         # kafka-python then sends one batch per partition at a time and retries it before
         # the next (signed records' sequence numbers need it).
-        return quick_metadata(KafkaProducer(**{
-            **config.client_config(KafkaProducer),
-            "acks": "all",
-            "enable_idempotence": True,
+        return quick_metadata(KafkaProducer(**config.client_config(KafkaProducer, fixed={
+            **SAFE_PRODUCER,
             "linger_ms": 0,
             # send() waits this long for the topic's metadata, then is retried
             # (KafkaLog._patiently): a deleted topic is asked about in between.
             "max_block_ms": SEND_BLOCK_MS,
-        }))
+        })))
     except (KafkaConnectionError, KafkaTimeoutError) as exc:
         raise unreachable(config, exc) from exc
 

@@ -30,31 +30,35 @@ _KNOWN_SETTINGS = frozenset(KafkaConsumer.DEFAULT_CONFIG) | frozenset(
 ) | frozenset(KafkaAdminClient.DEFAULT_CONFIG)
 
 
-_GROUPLESS = ("they read without a Kafka consumer group: the group is Marshaler's group_id, "
-              "--group")
-_NO_KAFKA_COMMITS = ("offsets are committed to the coordination topic by commit and "
-                     "commit_batch, never by Kafka's consumer")
 #: What every consumer marshal_py opens sets (none belongs to a Kafka consumer group).
 GROUPLESS: Mapping[str, Any] = {"group_id": None, "enable_auto_commit": False}
-_BYTES = ("they read and write bytes: coordination records are bytes, and records are handed "
-          "out as the broker stores them, to deserialize in your handler")
+#: What every producer marshal_py opens sets: no acknowledged record lost, and each
+#: partition's records kept in the order they were sent.
+SAFE_PRODUCER: Mapping[str, Any] = {"acks": "all", "enable_idempotence": True}
+
+_WHY_GROUPLESS = ("they read without a Kafka consumer group: the group is Marshaler's "
+                  "group_id, --group")
+_WHY_NO_KAFKA_COMMITS = ("offsets are committed to the coordination topic by commit and "
+                         "commit_batch, never by Kafka's consumer")
+_WHY_BYTES = ("they read and write bytes: coordination records are bytes, and records are "
+              "handed out as the broker stores them, to deserialize in your handler")
 #: kafka-python settings that marshal_py's clients set themselves: refused in
 #: ``kafka_config``, with what stands for them.
 OWN_SETTINGS = {
-    "group_id": _GROUPLESS,
-    "group_instance_id": _GROUPLESS,
-    "enable_auto_commit": _NO_KAFKA_COMMITS,
-    "auto_commit_interval_ms": _NO_KAFKA_COMMITS,
+    "group_id": _WHY_GROUPLESS,
+    "group_instance_id": _WHY_GROUPLESS,
+    "enable_auto_commit": _WHY_NO_KAFKA_COMMITS,
+    "auto_commit_interval_ms": _WHY_NO_KAFKA_COMMITS,
     "auto_offset_reset": "where a partition without a committed offset starts is offset_reset "
                          "(--offset-reset)",
     "bootstrap_servers": "give the brokers as bootstrap_servers, --bootstrap-servers",
     "transactional_id": "the coordination writer is idempotent, not transactional, and "
                         "exactly-once mode gives each partition's producer a transactional id "
                         "of its own",
-    "key_deserializer": _BYTES,
-    "value_deserializer": _BYTES,
-    "key_serializer": _BYTES,
-    "value_serializer": _BYTES,
+    "key_deserializer": _WHY_BYTES,
+    "value_deserializer": _WHY_BYTES,
+    "key_serializer": _WHY_BYTES,
+    "value_serializer": _WHY_BYTES,
 }
 
 
