@@ -59,6 +59,12 @@ auto.create.topics.enable=false
 # and 5 s instead, an idle broker used 1.5-2.2 CPU-s a minute; with these, 1.2-1.6.
 log.cleaner.backoff.ms=5000
 metadata.max.idle.interval.ms=30000
+# One partition each for the group and transaction coordinators' topics (Kafka's default: 50,
+# for spreading coordinators over many brokers, which one node cannot do). Creating and loading
+# 50 cost a broker 1.1-1.7 CPU-s at the first consumer group and again at the first
+# transaction; one costs 0.4.
+offsets.topic.num.partitions=1
+transaction.state.log.num.partitions=1
 """
 
 _SHARE_COORDINATOR_PROPERTIES = """\

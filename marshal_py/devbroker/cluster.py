@@ -4,7 +4,9 @@ Each node is a :class:`~marshal_py.devbroker.broker.DevBroker` running as broker
 controller, with its own data directory and ports, all voters of one static quorum and one
 cluster id. Internal topics get replication 3 (or the node count) and min.insync.replicas 2,
 and new topics default to the same, so that a cluster of three survives one node failing
-without losing an acknowledged record.
+without losing an acknowledged record. The group and transaction coordinators' topics have one
+partition per node (a single dev broker's one), so that their coordinators spread over the
+nodes as on a production cluster.
 
 :meth:`DevCluster.kill` SIGKILLs one node as a crash would (its data is kept);
 :meth:`DevCluster.start_node` brings it back on the same data directory and ports.
@@ -43,6 +45,11 @@ class PartitionState:
     """Every node holding a replica, the preferred leader first."""
     in_sync: tuple[int, ...]
     """The in-sync replicas (ISR)."""
+
+
+#: The settings of the group and transaction coordinators' topic partition counts.
+COORDINATOR_TOPIC_PARTITIONS = ("offsets.topic.num.partitions",
+                                "transaction.state.log.num.partitions")
 
 
 class ClusterNode(DevBroker):
@@ -111,6 +118,7 @@ class ClusterNode(DevBroker):
         """The single broker's properties, as node ``node_id`` of the quorum ``voters``."""
         text = super()._server_properties()
         min_isr = min(2, self.replication)
+        nodes = len(self.voters.split(","))
         lines = []
         for line in text.splitlines():
             key = line.split("=", 1)[0]
@@ -122,6 +130,8 @@ class ClusterNode(DevBroker):
                 line = f"{key}={self.replication}"
             elif key.endswith(".min.isr"):
                 line = f"{key}={min_isr}"
+            elif key in COORDINATOR_TOPIC_PARTITIONS:
+                line = f"{key}={nodes}"
             lines.append(line)
         lines += [f"default.replication.factor={self.replication}",
                   f"min.insync.replicas={min_isr}",
