@@ -4,7 +4,8 @@ The data: N records of 100 bytes over 12 partitions (N = 1,000,000; ``--quick`` 
 produced once. Every reader reads all of it from the beginning, ``ctx.repeat`` times,
 interleaved (per repetition: the 11 Python readers with 1 process, the 11 with 3 processes,
 then the Spark readers; ``--quick``, a smoke run: the Python readers with 2 processes once,
-the Spark readers on a local session only):
+the Spark readers on a local session only and without their warm-ups, which only steady the
+figures):
 
 * **Python consumers** — separate OS processes (``python -m bench.suite_overhead --worker``),
   started and connected before the clock starts (Python start-up and imports outside the
@@ -564,10 +565,13 @@ def run_spark(ctx: BenchContext, masters: list[str], topics: dict[str, str], war
         readers = spark_rows.readers_on(master)
         with spark_rows.spark_session(ctx, master) as spark:
             runs[master] = {r.name: [] for r in readers}
-            ctx.say(f"  started in {time.perf_counter() - began:.0f} s; warming up (untimed)")
-            spark_rows.warm_up(spark, ctx, topics["plain"], records)
+            ctx.say(f"  started in {time.perf_counter() - began:.0f} s"
+                    + ("" if ctx.quick else "; warming up (untimed)"))
+            if not ctx.quick:  # a smoke run quotes nothing: no warm-ups (4 queries)
+                spark_rows.warm_up(spark, ctx, topics["plain"], records)
             for i in range(ctx.repeat):
-                spark_rows.warm_up(spark, ctx, warm)
+                if not ctx.quick:
+                    spark_rows.warm_up(spark, ctx, warm)
                 for reader in spark_rows.order(readers, i):
                     ctx.say(f"repetition {i + 1}/{ctx.repeat}: Spark {master} {reader.name}")
                     began = time.perf_counter()
@@ -601,8 +605,9 @@ def run(ctx: BenchContext) -> SuiteReport:
         ctx.produce(topics["keyed"], records, PARTITIONS, key=spark_rows.keyed)
         topics["small"] = ctx.create_topic(f"bench-overhead-small-{ctx.tag()}", PARTITIONS)
         ctx.produce(topics["small"], spark_rows.small_records(records, ctx.quick), PARTITIONS)
-        warm = ctx.create_topic(f"bench-overhead-warm-{ctx.tag()}", PARTITIONS)
-        ctx.produce(warm, spark_rows.WARM_UP_RECORDS, PARTITIONS, key=spark_rows.keyed)
+        if not ctx.quick:
+            warm = ctx.create_topic(f"bench-overhead-warm-{ctx.tag()}", PARTITIONS)
+            ctx.produce(warm, spark_rows.WARM_UP_RECORDS, PARTITIONS, key=spark_rows.keyed)
     ends = {p: records // PARTITIONS + (1 if p < records % PARTITIONS else 0)
             for p in range(PARTITIONS)}
     ends = {p: e for p, e in ends.items() if e}
@@ -721,9 +726,11 @@ def _spark_table(ctx: BenchContext, records: int, master: str, runs: dict[str, l
         f"(records/s, median (range) of {ctx.repeat})",
         ["reader", "records/s", "anchor", "ours / anchor"], rows,
         ["start() to the query's end (joining the group, planning and every batch); the "
-         "session start-up is outside. Every repetition starts with an untimed warm-up "
-         "query of each source (Spark's Python workers up), and the readers' order turns "
-         "by one each repetition. Our executors fetch with librdkafka (option fetcher=auto, "
+         "session start-up is outside. "
+         + ("A smoke run: no warm-up queries. " if ctx.quick else
+            "Every repetition starts with an untimed warm-up query of each source (Spark's "
+            "Python workers up), and the readers' order turns by one each repetition. ")
+         + "Our executors fetch with librdkafka (option fetcher=auto, "
          "confluent-kafka installed). read_stream rows: from read_stream() (joining the "
          "group) to the end of run(available_now=True), each batch written with "
          "df.write.format(\"noop\"). Keyed records: 10,000 distinct keys. Spark's Kafka "
