@@ -17,5 +17,11 @@ Modules:
   and key slots, share-record acquisitions and acknowledgements (pure);
 * :mod:`chaos.checker` -- the offline checker of one run (pure; the rules are in its
   docstring);
-* :mod:`chaos.runner` -- the campaign runner and the command line.
+* :mod:`chaos.run_data` -- what a run left behind and the checker's verdict (plain data);
+* :mod:`chaos.settings` -- a campaign's options, a run's outcome and the names they share;
+* :mod:`chaos.run` -- one run: its consumer processes, its faults, its completion and check;
+* :mod:`chaos.follower` -- the runner's replay of a run's coordination log;
+* :mod:`chaos.topics` -- a run's data topics read to their end (read_committed);
+* :mod:`chaos.campaign` -- the campaign (every run of every mode) and its report lines;
+* :mod:`chaos.runner` -- the command line (the steps of a campaign in its docstring).
 """

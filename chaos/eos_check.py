@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from chaos.checker import RunResult
+    from chaos.run_data import RunResult
 
 TP = tuple[int, int]
 
@@ -23,7 +23,7 @@ def check_outputs(outputs: Iterable[TP], inputs: Mapping[TP, str | None],
     ``output_twice`` (an input with several) and ``unknown_record`` (an output of no input);
     ``result.lost`` and ``result.duplicated`` count inputs (hand-outs repeated after aborted
     transactions stay counted as re-deliveries)."""
-    from chaos.checker import Violation
+    from chaos.run_data import Violation
 
     result.duplicated = 0
     counts = Counter(outputs)

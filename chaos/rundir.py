@@ -25,8 +25,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from chaos.checker import Incarnation, RunData, RunMeta, TopicRecord
 from chaos.journal import read_journal
+from chaos.run_data import Incarnation, RunData, RunMeta, TopicRecord
 from marshal_py.world import CoordinationRecord
 
 META = "meta.json"

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from chaos.campaign import run_campaign, run_line
 from chaos.checker import MODES
-from chaos.runner import FAULT_KINDS, TRANSACTIONAL_MODES, Options, run_campaign, run_line
+from chaos.settings import FAULT_KINDS, TRANSACTIONAL_MODES, Options
 from marshal_py.devbroker import DevBroker
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from chaos.checker import Incarnation, RunData, RunMeta, RunResult, TopicRecord, check
+from chaos.checker import check
+from chaos.run_data import Incarnation, RunData, RunMeta, RunResult, TopicRecord
 from marshal_py.protocol import (
     AcknowledgingRecords,
     AcquiringRecords,
