@@ -192,13 +192,20 @@ class Run:
         self.rng.shuffle(plan)
         return plan
 
-    def _kill(self) -> None:
+    def _victim(self) -> tuple[Slot, ChaosProcess] | None:
+        """A running consumer chosen by the run's generator, None when none runs."""
         running = self._running()
         if not running:
-            return
+            return None
         slot = self.rng.choice(running)
-        process = slot.process
-        assert process is not None
+        assert slot.process is not None
+        return slot, slot.process
+
+    def _kill(self) -> None:
+        victim = self._victim()
+        if victim is None:
+            return
+        slot, process = victim
         process.expected_exit = True
         process.signal(signal.SIGKILL)
         process.proc.wait(timeout=30)
@@ -212,12 +219,10 @@ class Run:
         self._spawn(slot, client_id)
 
     def _stop(self) -> None:
-        running = self._running()
-        if not running:
+        victim = self._victim()
+        if victim is None:
             return
-        slot = self.rng.choice(running)
-        process = slot.process
-        assert process is not None
+        slot, process = victim
         duration = self.rng.uniform(2.5, 4.0) * self.hi
         log.info("  SIGSTOP %s for %.1f s", slot.incarnation, duration)
         process.stopped = True
