@@ -188,7 +188,6 @@ KNOWN_LONG_TOOLS: dict[str, str] = {
     "bench/suite_coordination.py": "seven measurements of the coordination path, and tables",
     "bench/suite_failover.py": "the failover suite's runs and tables",
     "bench/suite_growth.py": "the growth suite's simulations, fits and plots",
-    "bench/suite_overhead.py": "the overhead suite: Python readers, Spark readers, tables",
 }
 
 
