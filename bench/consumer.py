@@ -36,379 +36,37 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import inspect
-import json
-import os
-import platform
 import signal
 import statistics
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
-import kafka
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from bench.cli_process import CliProcess
-from marshal_py import Consumer, Marshaler
-from marshal_py.client import BrokerClock
+from bench.claim_latency import ClaimLatency, claim_latency
+from bench.common import (
+    HI_S,
+    MEMBERS,
+    PARTITIONS,
+    RECORD_BYTES,
+    BenchError,
+    create_topic,
+    load,
+    machine_line,
+    median_range,
+    percentile,
+    s,
+    table,
+)
+from bench.failover_measure import FailoverRun, Observer, failover_run
+from marshal_py import Marshaler
 from marshal_py.client.engine_types import Mode
-from marshal_py.devbroker import KAFKA_VERSION, DevBroker
-from marshal_py.devbroker.broker_config import JVM_PERFORMANCE_OPTS
-
-HI_S = 1.0
-HI_MS = int(HI_S * 1000)
-PARTITIONS = 12
-MEMBERS = 3
-POLL_S = 0.05
-RECORD_BYTES = 100
-
-T = TypeVar("T")
-
-
-class BenchError(Exception):
-    """A measurement could not be taken; the message says what did not happen."""
-
-
-# -- small helpers ------------------------------------------------------------------------------
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float,
-             interval_s: float = POLL_S, detail: Callable[[], str] = lambda: "") -> T:
-    """Call ``probe`` every ``interval_s`` until it returns something truthy; bounded."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            extra = detail()
-            raise BenchError(f"timed out after {timeout_s:.0f} s waiting for {what}"
-                             + (f" ({extra})" if extra else ""))
-        time.sleep(interval_s)
-
-
-def median_range(values: Sequence[float]) -> tuple[float, float, float]:
-    return statistics.median(values), min(values), max(values)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100)."""
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * q // 100))  # ceil
-    return ordered[int(rank) - 1]
-
-
-def create_topic(admin: KafkaAdminClient, name: str, partitions: int = PARTITIONS) -> None:
-    admin.create_topics({name: {"num_partitions": partitions, "replication_factor": 1}},
-                        wait_for_metadata=True)
-
-
-def machine_line() -> str:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    memory = ""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                memory = f", {int(line.split()[1]) / 2**20:.0f} GiB"
-                break
-    # Options the dev broker's JVM takes from the environment change its figures: say so.
-    jvm = os.environ.get(JVM_PERFORMANCE_OPTS, "").strip()
-    return (f"machine: {cpu}, {os.cpu_count()} cores{memory}, {platform.system()}, "
-            f"Python {platform.python_version()}, Kafka {KAFKA_VERSION} (dev broker"
-            f"{f', JVM {jvm}' if jvm else ''}), "
-            f"kafka-python {kafka.__version__} (CRC32C in {crc32c_kind()})")
-
-
-def load() -> str:
-    with contextlib.suppress(OSError, AttributeError):
-        one, five, fifteen = os.getloadavg()
-        return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
-    return "load average unknown"
-
-
-def crc32c_kind() -> str:
-    """kafka-python checks record CRCs with the crc32c C extension when it is installed."""
-    if importlib.util.find_spec("crc32c") is None:
-        return "pure Python: no crc32c extension"
-    return "C: crc32c extension"
-
-
-# -- 1. failover after kill -9 ------------------------------------------------------------------
-
-
-class Member(CliProcess):
-    """One ``marshal consume --print`` process; remembers when each record value was printed."""
-
-    def __init__(self, bootstrap: str, group: str, topic: str, client_id: str,
-                 hi_s: float = HI_S) -> None:
-        self.client_id = client_id
-        self.joined = threading.Event()
-        self._printed: dict[str, float] = {}
-        self._lock = threading.Lock()
-        super().__init__(client_id, [
-            "consume", "--bootstrap-servers", bootstrap, "--group", group, "--topic", topic,
-            "--mode", "alo", "--client-id", client_id, "--heartbeat-interval", str(hi_s),
-            "--offset-reset", "earliest", "--print",
-        ])
-
-    def on_stdout(self, raw: bytes, at: float) -> None:
-        try:
-            value = json.loads(raw).get("value")
-        except ValueError:
-            return
-        if isinstance(value, str):
-            with self._lock:
-                self._printed.setdefault(value, at)
-
-    def on_stderr(self, line: str) -> None:
-        if line.startswith(f"marshal consume: member {self.client_id} "):
-            self.joined.set()
-
-    def printed_at(self, value: str) -> float | None:
-        with self._lock:
-            return self._printed.get(value)
-
-
-def members(bootstrap: str, group: str, topic: str, count: int,
-            hi_s: float = HI_S) -> contextlib.AbstractContextManager[list[Member]]:
-    """``count`` ``marshal consume --print`` members of ``group``, stopped on exit."""
-    from bench.worker_process import worker_pool  # bench.worker_process imports this module
-
-    return worker_pool(lambda k: Member(bootstrap, group, topic, f"member-{k}", hi_s), count)
-
-
-class Observer:
-    """Reads who holds which partition of a group, through a Marshaler of another group.
-
-    It never opens a consumer, so it writes nothing to ``__marshal`` and is nobody's member.
-    ``hi_s`` must be the observed group's heartbeat interval (claims go stale by it).
-    """
-
-    def __init__(self, bootstrap: str, hi_s: float = HI_S) -> None:
-        self.hi_s = hi_s
-        self.marshaler = Marshaler(bootstrap, group_id="bench.observer",
-                                   client_id="bench-observer", heartbeat_interval=hi_s)
-
-    def claims(self, group: str, topic: str) -> tuple[int, dict[int, Any]]:
-        """(broker-clock now, partition -> PartitionClaim) caught up to the log's end."""
-        self.marshaler.claims()  # catches the rationalizer up with every coordination partition
-        now = self.marshaler.clock.now_ms()
-        return now, {c.key.partition: c for c in self.marshaler.rationalizer.claims(group, topic)}
-
-    def holders(self, group: str, topic: str) -> dict[int, str]:
-        """partition -> client id of its owner, for partitions held (fresh or unknown) now."""
-        now, claims = self.claims(group, topic)
-        return {p: c.owner.client_id for p, c in claims.items()
-                if c.owner is not None and c.is_held(now)}
-
-    def close(self) -> None:
-        self.marshaler.close()
-
-
-def split(holders: dict[int, str], names: Iterable[str]) -> str:
-    counts = [sum(1 for h in holders.values() if h == n) for n in names]
-    return "/".join(str(c) for c in counts)
-
-
-@dataclass
-class FailoverRun:
-    split: str
-    victim_held: int
-    stale_s: float  # the dead member's claims stale (2 HI after their last heartbeat)
-    expired_s: float  # the dead member no longer live (2 HI after its last sign of life)
-    owned_s: float  # observer sees all partitions held by survivors
-    first_record_s: float  # first marker printed by a survivor
-    last_record_s: float  # every marker printed
-
-
-def failover_run(bootstrap: str, admin: KafkaAdminClient, producer: KafkaProducer,
-                 observer: Observer, balance_timeout_s: float) -> FailoverRun:
-    """One failover at the observer's heartbeat interval (``observer.hi_s``, the members'
-    too); every wait after the members joined scales with it."""
-    hi_s = observer.hi_s
-    hi_ms = int(hi_s * 1000)
-    scale = max(1.0, hi_s / HI_S)  # the waits below were sized for HI 1 s
-    tag = uuid.uuid4().hex[:8]
-    topic, group = f"bench-failover-{tag}", f"bench.failover.{tag}"
-    create_topic(admin, topic)
-    with members(bootstrap, group, topic, MEMBERS, hi_s) as procs:
-        names = [m.client_id for m in procs]
-
-        def check_alive() -> None:
-            for m in procs:
-                if not m.killed and not m.alive():
-                    raise BenchError(f"{m.client_id} exited with {m.proc.returncode}: "
-                                     f"{m.stderr_tail()}")
-
-        def joined() -> bool:
-            check_alive()
-            return all(m.joined.is_set() for m in procs)
-
-        wait_for(f"{MEMBERS} marshal consume processes to join", joined, 60,
-                 detail=lambda: "; ".join(f"{m.client_id}: {m.stderr_tail()}" for m in procs))
-
-        last: dict[int, str] = {}
-
-        def all_held() -> dict[int, str] | None:
-            nonlocal last
-            check_alive()
-            last = observer.holders(group, topic)
-            return last if len(last) == PARTITIONS else None
-
-        wait_for(f"the members to hold all {PARTITIONS} partitions", all_held, 60 * scale,
-                 detail=lambda: f"held {len(last)}: {split(last, names)}")
-        ideal = "/".join([str(PARTITIONS // MEMBERS)] * MEMBERS)
-        with contextlib.suppress(BenchError):  # the ideal split is nice to have, not required
-            wait_for(f"a {ideal} split", lambda: all_held() and split(last, names) == ideal,
-                     balance_timeout_s)
-
-        # Warm up: a record per partition printed by somebody, so every fetch loop is running.
-        warm = [f"warm-{tag}-{p}" for p in range(PARTITIONS)]
-        for p, value in enumerate(warm):
-            producer.send(topic, value=value.encode(), partition=p)
-        producer.flush(timeout=30)
-
-        def warmed_up() -> bool:
-            check_alive()
-            return all(any(m.printed_at(v) is not None for m in procs) for v in warm)
-
-        wait_for("the warm-up records to be printed", warmed_up, 30 * scale)
-
-        holders = wait_for(f"all {PARTITIONS} partitions held before the kill", all_held,
-                           30 * scale)
-        counts = {n: sum(1 for h in holders.values() if h == n) for n in names}
-        victim = next(m for m in procs if m.client_id == max(names, key=lambda n: counts[n]))
-        survivors = [m for m in procs if m is not victim]
-        survivor_names = {m.client_id for m in survivors}
-        dead = sorted(p for p, h in holders.items() if h == victim.client_id)
-        markers = {p: f"marker-{tag}-{p}" for p in dead}
-
-        # The kill, then one marker per dead partition.
-        killed_at = time.monotonic()
-        killed_ms = observer.marshaler.clock.now_ms()
-        victim.kill9()
-        for p, value in markers.items():
-            producer.send(topic, value=value.encode(), partition=p)
-        producer.flush(timeout=30)
-
-        # The dead member's last signs of life (read before a survivor takes over, 2 HI later):
-        # its claims go stale 2 HI after their last heartbeat, and it stops counting as a
-        # live member (so the survivors' fair share grows) 2 HI after its last record of any
-        # kind. The later of the two is the floor the protocol sets at this HI.
-        _, claims = observer.claims(group, topic)
-        victim_claims = [claims[p] for p in dead if claims[p].owner is not None
-                         and claims[p].owner.client_id == victim.client_id]
-        if not victim_claims:
-            raise BenchError(f"{victim.client_id}'s claims changed hands within ms of the kill")
-        last_beat = max(c.last_heartbeat_ms for c in victim_claims)
-        last_seen = observer.marshaler.rationalizer.member_last_seen(group, topic).get(
-            victim_claims[0].owner, last_beat)
-        stale_s = (last_beat + 2 * hi_ms + 1 - killed_ms) / 1000
-        expired_s = (last_seen + 2 * hi_ms + 1 - killed_ms) / 1000
-
-        owned_at: float | None = None
-        patience_s = 30 * scale
-        deadline = killed_at + patience_s
-        while True:
-            check_alive()
-            if owned_at is None:
-                held = observer.holders(group, topic)
-                if len(held) == PARTITIONS and set(held.values()) <= survivor_names:
-                    owned_at = time.monotonic()
-            printed = [min((t for t in (m.printed_at(v) for m in survivors) if t is not None),
-                           default=None) for v in markers.values()]
-            if owned_at is not None and all(t is not None for t in printed):
-                break
-            if time.monotonic() >= deadline:
-                raise BenchError(
-                    f"{patience_s:.0f} s after kill -9 of {victim.client_id}: survivors own "
-                    f"{'all' if owned_at else 'not all'} partitions, printed "
-                    f"{sum(t is not None for t in printed)}/{len(printed)} markers; "
-                    + "; ".join(f"{m.client_id}: {m.stderr_tail()}" for m in survivors))
-            time.sleep(POLL_S)
-        times = [t for t in printed if t is not None]
-        return FailoverRun(
-            split=split(holders, names),
-            victim_held=len(dead),
-            stale_s=stale_s,
-            expired_s=expired_s,
-            owned_s=owned_at - killed_at,
-            first_record_s=min(times) - killed_at,
-            last_record_s=max(times) - killed_at,
-        )
-
-
-# -- 2. claim latency ---------------------------------------------------------------------------
-
-
-class LocalClock(BrokerClock):
-    """This machine's clock, never corrected (an option of claim_latency; the engine's
-    latencies are measured on a monotonic clock either way)."""
-
-    def observe(self, broker_ms: int, sent_ms: int, acked_ms: int) -> None:
-        return None
-
-
-@dataclass
-class ClaimLatency:
-    label: str
-    joins: int
-    wanted: int  # partitions each join claims
-    latencies_ms: list[int]
-    first_of_join_ms: list[int]  # the first win of every join
-    join_s: list[float]  # from m.consumer() to holding ``wanted`` partitions
-
-
-def claim_latency(bootstrap: str, admin: KafkaAdminClient, joins: int,
-                  max_claims: int | None = None, local_clock: bool = False) -> ClaimLatency:
-    """``joins`` members, one after the other, each claiming every partition (or
-    ``max_claims``) of a fresh 12-partition topic and then closing (releasing them).
-
-    ``local_clock``: run the engine on :class:`LocalClock` so that its claim latencies are
-    true milliseconds; False keeps the shipped BrokerClock.
-    """
-    tag = uuid.uuid4().hex[:8]
-    topic, group = f"bench-claims-{tag}", f"bench.claims.{tag}"
-    create_topic(admin, topic)
-    wanted = max_claims or PARTITIONS
-    label = (f"one member claims {wanted}" + (" (max_claims=1)" if max_claims == 1 else "")
-             + (", uncorrected local clock" if local_clock else ""))
-    result = ClaimLatency(label, joins, wanted, [], [], [])
-    for i in range(joins):
-        # A new client id each time: a member does not re-take for one HI what it released.
-        with Marshaler(bootstrap, group_id=group, client_id=f"claimer-{i}",
-                       heartbeat_interval=HI_S) as m:
-            if local_clock:
-                m.clock = LocalClock()  # read by m.consumer() when it builds the engine
-            started = time.monotonic()
-            consumer = m.consumer([topic], mode="alo", offset_reset="earliest",
-                                  max_claims=max_claims)
-
-            def holds_all(c: Consumer = consumer) -> bool:
-                return len(c.assignment()) == wanted
-
-            wait_for(f"join {i + 1} to hold {wanted} partitions", holds_all, 30)
-            result.join_s.append(time.monotonic() - started)
-            won = list(consumer.stats.claim_latencies_ms)
-            if won:
-                result.latencies_ms.extend(won)
-                result.first_of_join_ms.append(won[0])
-    if not result.latencies_ms:
-        raise BenchError("no claim latencies were recorded (stats.claim_latencies_ms empty)")
-    return result
-
+from marshal_py.devbroker import DevBroker
 
 # -- 3. records per second ----------------------------------------------------------------------
 
@@ -588,17 +246,6 @@ def throughput(bootstrap: str, admin: KafkaAdminClient, records: int,
 
 
 # -- the report ---------------------------------------------------------------------------------
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join("  " + line.rstrip() for line in lines)
-
-
-def s(value: float) -> str:
-    return f"{value:.2f} s"
 
 
 def report_failover(runs: list[FailoverRun]) -> None:

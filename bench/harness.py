@@ -9,7 +9,7 @@ one), so ours and the anchor always read the same broker and the same data. A su
   (>= 3 for a real run, 1 with ``--quick``), and report the median, the range and the ratio;
 * keep ``--quick`` under a minute or so: small sizes, no timing asserted (``bin/test`` runs it
   as a smoke test);
-* bound every wait (:func:`bench.consumer.wait_for`) and raise :class:`BenchError` with one
+* bound every wait (:func:`bench.common.wait_for`) and raise :class:`BenchError` with one
   line saying what did not happen;
 * stop every process it started, whatever happens.
 """
@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from kafka import KafkaAdminClient, KafkaProducer
 
-from bench.consumer import BenchError, create_topic, load, machine_line, percentile, wait_for
+from bench.common import BenchError, create_topic, load, machine_line, percentile, wait_for
 
 T = TypeVar("T")
 

@@ -45,7 +45,7 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from bench.consumer import BenchError, load, machine_line, median_range, table, wait_for
+from bench.common import BenchError, load, machine_line, median_range, table, wait_for
 from bench.worker_process import WorkerProcess, worker_pool
 from marshal_py.devbroker import DevBroker
 from marshal_py.protocol import format_ranges, parse_ranges, ranges_of

@@ -50,7 +50,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.consumer import BenchError, wait_for
+from bench.common import BenchError, wait_for
 from bench.worker_process import (
     WorkerProcess,
     offsets_handed_out,

@@ -77,7 +77,7 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
 from bench.cli_process import CliProcess
-from bench.consumer import (
+from bench.common import (
     BenchError,
     load,
     machine_line,

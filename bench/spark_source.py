@@ -29,15 +29,8 @@ from typing import Any
 
 from kafka import KafkaAdminClient
 
-from bench.consumer import (
-    BenchError,
-    create_topic,
-    load,
-    machine_line,
-    median_range,
-    produce,
-    read_plain,
-)
+from bench.common import BenchError, create_topic, load, machine_line, median_range
+from bench.consumer import produce, read_plain
 from marshal_py.devbroker import DevBroker
 
 HI_S = 1.0

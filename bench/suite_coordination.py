@@ -5,7 +5,7 @@ Seven measurements, each repeated ``ctx.repeat`` times (interleaved where there 
 1. **Claim latency** (ours): members join a fresh 12-partition topic one after the other,
    each taking one partition (``max_claims=1``, HI 1 s): the engine's
    ``stats.claim_latencies_ms``, from proposing a claim (an ``acks=all`` append) to reading the
-   win back (:func:`bench.consumer.claim_latency`). Anchor: the nearest Kafka operation, an
+   win back (:func:`bench.claim_latency.claim_latency`). Anchor: the nearest Kafka operation, an
    offset commit confirmed by the group coordinator (kafka-python ``commit({tp: offset})``,
    synchronous, one partition, after one warm-up commit), on the same broker. p50 and p99 per
    repetition; median of the repetitions.
@@ -66,8 +66,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from bench import neighbours, replay
+from bench.claim_latency import claim_latency
 from bench.cli_process import ROOT, CliProcess
-from bench.consumer import claim_latency
 from bench.harness import BenchContext, BenchError, percentile, wait_for
 from bench.rationalizer import COORD, HI_MS, build_log
 from bench.report import Measured, Plot, SuiteReport, Table, ratio

@@ -10,7 +10,7 @@ parent reads it: when a survivor printed the first marker and the last one, and 
 survivors own every partition again. Configurations:
 
 * **marshal_py** at HI 1 s, 3 s and 10 s: ``marshal consume --mode alo --print`` processes
-  (:func:`bench.consumer.failover_run`); ownership as an observer (a Marshaler of another
+  (:func:`bench.failover_measure.failover_run`); ownership as an observer (a Marshaler of another
   group that only reads ``__marshal``) sees it. Also reported: when the dead member's claims
   went stale and when it stopped counting as live (2 HI after its last heartbeat / last
   record): the floor the protocol sets.
@@ -56,7 +56,8 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer
 
 from bench.cli_process import CliProcess
-from bench.consumer import MEMBERS, PARTITIONS, POLL_S, Observer, failover_run, split
+from bench.common import MEMBERS, PARTITIONS, POLL_S
+from bench.failover_measure import Observer, failover_run, split
 from bench.harness import BenchContext, BenchError, wait_for
 from bench.report import Measured, Plot, SuiteReport, Table, ratio
 from bench.worker_process import worker_pool

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from bench.cli_process import ROOT
-from bench.consumer import BenchError
+from bench.common import BenchError
 from marshal_py.devbroker.jvm import die_with_parent
 from marshal_py.protocol import parse_ranges
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.consumer import BenchError
+from bench.common import BenchError
 from chaos.run import Run
 from chaos.settings import FAULT_KINDS, Options, RunError, RunOutcome
 from marshal_py.errors import MarshalError

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.consumer import BenchError
+from bench.common import BenchError
 from bench.worker_process import WorkerProcess
 from chaos.checker import check
 from chaos.follower import Follower
