@@ -9,7 +9,7 @@ ONE partition. Each run (R per configuration, interleaved across configurations)
 fresh share group and a fresh coordination topic, so everything in the coordination topic
 was written by that run.
 
-The members are separate OS processes: a pool of ``python -m bench.share --worker``
+The members are separate OS processes: a pool of ``python -m bench.share_member --worker``
 processes (as many as the largest configuration) started once. For a run the parent tells
 the first k of them to *prepare* (open a ``Marshaler`` on the run's coordination topic, heartbeat
 interval 1 s), waits until all are ready, then sends *go* to each: the clock starts. On go a
@@ -58,14 +58,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import cProfile
 import json
-import os
 import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
@@ -85,248 +82,18 @@ from bench.common import (
     table,
     wait_for,
 )
-from bench.thread_census import ThreadCensus
+from bench.share_member import BATCH_SIZE, Worker, worker_pool
+from bench.share_observer import Observer, busy_between, cpu_ticks
 from bench.worker_process import (
-    WorkerProcess,
     offsets_handed_out,
-    prepare_orders,
-    ready_then_go,
-    say,
 )
-from bench.worker_process import worker_pool as started_workers
 from marshal_py.devbroker import DevBroker
-from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
-from marshal_py.protocol import coordination_partition, format_ranges, ranges_of
-from marshal_py.world import Rationalizer, RationalizerConfig
-from marshal_py.world.rationalizer import Outcome
+from marshal_py.protocol import format_ranges, ranges_of
 
 HI_S = 1.0
-BATCH_SIZE = 100
 RECORD_BYTES = 100
 OBSERVE_EVERY_S = 0.1
 GROUP_PREFIX = "bench.share"
-
-
-# -- the worker: one share-group member in its own process ---------------------------------------
-
-
-def worker_main() -> None:
-    """Serve runs until "exit" or end of input. Protocol: JSON lines on stdin / stdout.
-
-    ``{"cmd": "prepare", "bootstrap", "coordination_topic", "group", "topic", "client_id",
-    "work_ms"}`` -> ``{"ready": true}``; then ``go`` (a plain line) starts consuming; ``stop``
-    (a plain line) ends it -> ``{"done": true, ...summary}``.
-    """
-    from marshal_py import Marshaler
-
-    for order in prepare_orders():
-        # Started before the marshaler, so that its threads (the coordination producer's
-        # sender, the log's reader) are profiled too.
-        profiles = ThreadProfiles(f"member-{os.getpid()}")
-        try:
-            marshaler = Marshaler(order["bootstrap"], group_id=order["group"],
-                                  client_id=order["client_id"],
-                                  heartbeat_interval=order["heartbeat_interval"],
-                                  fetcher=order.get("fetcher", "kafka-python"),
-                                  coordination_topic=order["coordination_topic"])
-        except Exception as exc:
-            say(error=f"Marshaler: {exc}")
-            continue
-        try:
-            if not ready_then_go():
-                continue
-            say(done=True, **_consume(marshaler, order["topic"], order["work_ms"], profiles))
-        finally:
-            marshaler.close()
-
-
-class ThreadProfiles:
-    """cProfile of every thread a member starts from now on (and of the calling one), when
-    ``MARSHAL_BENCH_SHARE_PROFILE`` names a directory: one ``.prof`` file per thread there
-    when :meth:`dump` is called (``python -m pstats`` reads them)."""
-
-    def __init__(self, name: str) -> None:
-        self.directory = os.environ.get("MARSHAL_BENCH_SHARE_PROFILE", "")
-        self.name = name
-        self.profiles: dict[str, cProfile.Profile] = {}
-        if not self.directory:
-            return
-        threading.setprofile(self._start_in_thread)
-        self._start(threading.current_thread().name)
-
-    def _start(self, thread: str) -> None:
-        profile = cProfile.Profile(time.thread_time)  # CPU time of that thread
-        self.profiles[f"{thread}-{threading.get_native_id()}"] = profile
-        profile.enable()
-
-    def _start_in_thread(self, frame: Any, event: str, arg: Any) -> None:
-        del frame, event, arg
-        self._start(threading.current_thread().name)
-
-    def dump(self) -> None:
-        if not self.directory:
-            return
-        threading.setprofile(None)
-        for thread, profile in self.profiles.items():
-            profile.disable()
-            profile.dump_stats(str(Path(self.directory) / f"{self.name}-{thread}.prof"))
-
-
-def _consume(marshaler: Any, topic: str, work_ms: float,
-             profiles: ThreadProfiles) -> dict[str, Any]:
-    work_s = work_ms / 1000
-    cpu_at_go = time.process_time()
-    delivered: list[int] = []
-    redelivered = 0
-    error = ""
-    consumer = marshaler.consumer([topic], "share", offset_reset="earliest",
-                                  batch_size=BATCH_SIZE, acknowledgement="explicit")
-    fetched = [0]  # records the data consumer fetched (its own and other members')
-    poll = consumer._fetcher.poll
-
-    def counting_poll(*args: Any, **kwargs: Any) -> Any:
-        polled = poll(*args, **kwargs)
-        fetched[0] += sum(len(batch.records) for batch in polled)
-        return polled
-
-    consumer._fetcher.poll = counting_poll  # counts what ShareConsumer._fetch reads
-
-    def wait_for_stop() -> None:
-        sys.stdin.readline()  # "stop" (or end of input)
-        consumer.stop()
-
-    stopper = threading.Thread(target=wait_for_stop, name="stop-reader", daemon=True)
-    stopper.start()
-    census = ThreadCensus(os.environ.get("MARSHAL_BENCH_SHARE_THREADS", ""),
-                          f"member-{os.getpid()}")
-    census.start()
-    try:
-        for record in consumer:
-            if work_s:
-                time.sleep(work_s)
-            consumer.ack(record, "accept")
-            delivered.append(record.offset)
-            if record.delivery_count > 1:
-                redelivered += 1
-    except Exception as exc:  # reported to the parent, which fails the run
-        error = f"{type(exc).__name__}: {exc}"
-    finally:
-        census.write()
-        consumer.close()
-    if not error:  # on an error the parent is told at once (it aborts the benchmark)
-        stopper.join(timeout=30)
-    cpu_s = time.process_time() - cpu_at_go
-    profiles.dump()
-    stats = consumer.stats
-    distinct = sorted(set(delivered))
-    repeated = sorted(o for o, n in Counter(delivered).items() if n > 1)
-    channel = consumer._engine.channel  # where this member's replay began, for evidence
-    return {
-        "delivered": len(delivered),
-        "fetched": fetched[0],
-        "cpu_s": cpu_s,
-        "distinct": len(distinct),
-        "redelivered": redelivered,
-        "offsets": format_ranges(ranges_of(distinct)) if distinct else "",
-        "repeated": format_ranges(ranges_of(repeated)) if repeated else "",
-        "replay_starts": {str(p): s for p, s in channel.replay_starts.items()},
-        "acquisitions": stats.acquisitions,
-        "records_acquired": stats.records_acquired,
-        "records_void": stats.records_void,
-        "renewals": stats.renewals,
-        "acks": stats.acks,
-        "coordination_records": stats.coordination_records,
-        "error": error,
-    }
-
-
-class Worker(WorkerProcess):
-    """A ``python -m bench.share --worker`` process, driven over its stdin and stdout."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name, "bench.share")
-
-
-def worker_pool(count: int) -> contextlib.AbstractContextManager[list[Worker]]:
-    """``count`` share worker processes, stopped on exit."""
-    return started_workers(lambda k: Worker(f"share-{k}"), count)
-
-
-# -- the observer: replays the run's coordination partition ---------------------------------------
-
-
-class Observer:
-    """Follows one share-partition in a run's coordination topic (reads only)."""
-
-    def __init__(self, bootstrap: str, coordination_topic: str, group: str, topic: str,
-                 target_spso: int, heartbeat_interval_s: float) -> None:
-        self.log = KafkaLog(KafkaLogConfig(bootstrap_servers=bootstrap,
-                                           topic=coordination_topic))  # creates it
-        count = self.log.partition_count()
-        self.partition = coordination_partition(topic, count)
-        self.rationalizer = Rationalizer(RationalizerConfig(
-            coordination_partitions=count,
-            heartbeat_interval_ms=int(heartbeat_interval_s * 1000)))
-        self.group, self.topic, self.target = group, topic, target_spso
-        self.by_type: Counter[str] = Counter()
-        self.verdicts: Counter[str] = Counter()
-        self.first_acquired_ms: int | None = None
-        self.done_ms: int | None = None  # broker time of the record that moved SPSO to N
-        self.done_position: int | None = None
-        #: Every coordination record of the run's partition (position, broker time, type,
-        #: sender, verdict, detail): the evidence kept when a run delivers a record twice.
-        self.journal: list[tuple[int, int, str, str, str, str]] = []
-        self.rationalizer.observe(self._see)
-
-    def _see(self, outcome: Outcome) -> None:
-        record = outcome.record
-        if record.partition != self.partition or self.done_position is not None:
-            return
-        kind = type(outcome.message).__name__ if outcome.message is not None else "undecoded"
-        sender = (f"{outcome.message.client_id}/{outcome.message.instance_id}"
-                  if outcome.message is not None else "")
-        self.journal.append((record.position, record.timestamp_ms, kind, sender,
-                             outcome.verdict.value, outcome.detail))
-        self.by_type[kind] += 1
-        self.verdicts[outcome.verdict.value] += 1
-        if self.first_acquired_ms is None and outcome.verdict.value == "records_acquired":
-            self.first_acquired_ms = record.timestamp_ms
-        share = self.rationalizer.share_partition(self.group, self.topic, 0)
-        if share is not None and share.spso >= self.target:
-            self.done_ms = record.timestamp_ms
-            self.done_position = record.position
-
-    def end_position(self) -> int:
-        return self.log.end_position(self.partition)
-
-    def poll(self) -> bool:
-        from marshal_py.replay.reading import catch_up
-
-        catch_up(self.log, self.rationalizer, [self.partition])
-        return self.done_position is not None
-
-    def spso(self) -> int | None:
-        share = self.rationalizer.share_partition(self.group, self.topic, 0)
-        return None if share is None else share.spso
-
-    def close(self) -> None:
-        self.log.close()
-
-
-def cpu_ticks() -> tuple[int, int] | None:
-    """(busy, total) jiffies of the whole machine since boot (Linux), or None."""
-    try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields[:8]) - idle, sum(fields[:8])
-
-
-def busy_between(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
-    if before is None or after is None or after[1] == before[1]:
-        return None
-    return (after[0] - before[0]) / (after[1] - before[1])
 
 
 # -- one run --------------------------------------------------------------------------------------
@@ -592,9 +359,6 @@ def parse_list(text: str, kind: type) -> list[Any]:
 
 
 def main() -> None:
-    if "--worker" in sys.argv[1:]:
-        worker_main()
-        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=None,
                         help="Records per configuration (default 20,000; --quick 1,000).")
@@ -611,7 +375,6 @@ def main() -> None:
                         help="Also run the 0 ms configurations with `marshal consume --mode "
                              "share --print` processes (start-up inside the measured time).")
     parser.add_argument("--quick", action="store_true", help="A smoke run: small and once.")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     records = args.records or (1_000 if args.quick else 20_000)
     repeat = args.repeat or (1 if args.quick else 3)

@@ -8,7 +8,7 @@ once; every run uses a fresh group (and, for ours, a fresh coordination topic), 
 reads all N from the beginning. Repetitions are interleaved: per repetition, per work
 setting, per member count, ours then native; then, at 0 ms, the perf-test ceiling.
 
-* **Ours** (:func:`bench.share.run_once`): members are ``python -m bench.share --worker``
+* **Ours** (:func:`bench.share.run_once`): members are ``python -m bench.share_member --worker``
   processes (a pool started once). Prepared (a ``Marshaler`` open on the run's coordination
   topic, HI 1 s) before *go*; on go each opens ``consumer([topic], "share",
   offset_reset="earliest", batch_size=100, acknowledgement="explicit")``, sleeps the work and
@@ -61,7 +61,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bench import native_share, share
+from bench import native_share, share, share_member
 from bench.harness import BenchContext
 from bench.report import Measured, Plot, SuiteReport, Table, ratio
 
@@ -144,7 +144,7 @@ def run(ctx: BenchContext) -> SuiteReport:
     perf: dict[int, Cell] = {t: Cell.empty() for t in sizes.perf_threads}
     raw: dict[str, list[dict[str, Any]]] = {"ours": [], "native": [], "perf_test": []}
     most = max(max(counts) for counts in sizes.members.values())
-    with share.worker_pool(most) as our_workers, native_share.worker_pool(most) as workers:
+    with share_member.worker_pool(most) as our_workers, native_share.worker_pool(most) as workers:
         for i in range(repeat):
             for work in sizes.works_ms:
                 records, topic = sizes.records[work], topics[work]
