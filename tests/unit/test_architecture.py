@@ -184,7 +184,6 @@ TOOLS = ("bench", "chaos")
 #: Tools' modules longer than that today (path from the checkout -> what it holds): to be split.
 KNOWN_LONG_TOOLS: dict[str, str] = {
     "bench/suite_coordination.py": "seven measurements of the coordination path, and tables",
-    "bench/suite_failover.py": "the failover suite's runs and tables",
     "bench/suite_growth.py": "the growth suite's simulations, fits and plots",
 }
 
