@@ -183,7 +183,6 @@ def test_no_module_is_longer_than_the_limit_except_the_known_ones() -> None:
 TOOLS = ("bench", "chaos")
 #: Tools' modules longer than that today (path from the checkout -> what it holds): to be split.
 KNOWN_LONG_TOOLS: dict[str, str] = {
-    "bench/suite_growth.py": "the growth suite's simulations, fits and plots",
 }
 
 
