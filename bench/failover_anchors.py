@@ -10,9 +10,9 @@ import time
 from kafka import KafkaProducer
 
 from bench.cli_process import CliProcess
-from bench.common import MEMBERS, PARTITIONS, POLL_S
+from bench.common import MEMBERS, PARTITIONS
 from bench.failover_configs import BROKER_SETTINGS, Config, Run
-from bench.failover_measure import split
+from bench.failover_measure import await_recovery, split
 from bench.harness import BenchContext, BenchError, wait_for
 from bench.worker_process import worker_pool
 
@@ -192,26 +192,10 @@ def anchor_run(ctx: BenchContext, config: Config, producer: KafkaProducer) -> Ru
             producer.send(topic, value=value.encode(), partition=p)
         producer.flush(timeout=30)
 
-        owned_at: float | None = None
-        patience_s = 60 + 3 * config.detect_s
-        deadline = killed_at + patience_s
-        while True:
-            check_alive()
-            if owned_at is None:
-                held = {p for m in survivors for p in m.assigned()}
-                if len(held) == PARTITIONS:
-                    owned_at = time.monotonic()
-            printed = [min((t for t in (m.printed_at(v) for m in survivors) if t is not None),
-                           default=None) for v in markers]
-            if owned_at is not None and all(t is not None for t in printed):
-                break
-            if time.monotonic() >= deadline:
-                raise BenchError(
-                    f"{patience_s:.0f} s after kill -9 of a {config.key} member: survivors "
-                    f"own {'all' if owned_at else 'not all'} partitions, printed "
-                    f"{sum(t is not None for t in printed)}/{len(printed)} markers; "
-                    + "; ".join(f"{m.client_id}: {m.stderr_tail()}" for m in survivors))
-            time.sleep(POLL_S)
-        times = [t for t in printed if t is not None]
-        return Run(config.key, split(owned, names), len(dead), owned_at - killed_at,
-                   min(times) - killed_at, max(times) - killed_at)
+        def survivors_own_all() -> bool:
+            return len({p for m in survivors for p in m.assigned()}) == PARTITIONS
+
+        owned_s, first_s, last_s = await_recovery(
+            survivors, markers, survivors_own_all, check_alive, killed_at,
+            60 + 3 * config.detect_s, f"kill -9 of a {config.key} member")
+        return Run(config.key, split(owned, names), len(dead), owned_s, first_s, last_s)

@@ -9,9 +9,9 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kafka import KafkaAdminClient, KafkaProducer
 
@@ -198,33 +198,55 @@ def failover_run(bootstrap: str, admin: KafkaAdminClient, producer: KafkaProduce
         stale_s = (last_beat + 2 * hi_ms + 1 - killed_ms) / 1000
         expired_s = (last_seen + 2 * hi_ms + 1 - killed_ms) / 1000
 
-        owned_at: float | None = None
-        patience_s = 30 * scale
-        deadline = killed_at + patience_s
-        while True:
-            check_alive()
-            if owned_at is None:
-                held = observer.holders(group, topic)
-                if len(held) == PARTITIONS and set(held.values()) <= survivor_names:
-                    owned_at = time.monotonic()
-            printed = [min((t for t in (m.printed_at(v) for m in survivors) if t is not None),
-                           default=None) for v in markers.values()]
-            if owned_at is not None and all(t is not None for t in printed):
-                break
-            if time.monotonic() >= deadline:
-                raise BenchError(
-                    f"{patience_s:.0f} s after kill -9 of {victim.client_id}: survivors own "
-                    f"{'all' if owned_at else 'not all'} partitions, printed "
-                    f"{sum(t is not None for t in printed)}/{len(printed)} markers; "
-                    + "; ".join(f"{m.client_id}: {m.stderr_tail()}" for m in survivors))
-            time.sleep(POLL_S)
-        times = [t for t in printed if t is not None]
+        def survivors_own_all() -> bool:
+            held = observer.holders(group, topic)
+            return len(held) == PARTITIONS and set(held.values()) <= survivor_names
+
+        owned_s, first_s, last_s = await_recovery(
+            survivors, list(markers.values()), survivors_own_all, check_alive, killed_at,
+            30 * scale, f"kill -9 of {victim.client_id}")
         return FailoverRun(
             split=split(holders, names),
             victim_held=len(dead),
             stale_s=stale_s,
             expired_s=expired_s,
-            owned_s=owned_at - killed_at,
-            first_record_s=min(times) - killed_at,
-            last_record_s=max(times) - killed_at,
+            owned_s=owned_s,
+            first_record_s=first_s,
+            last_record_s=last_s,
         )
+
+
+class Survivor(Protocol):
+    """A member process that outlived the kill: its name, what it printed, its errors."""
+
+    client_id: str
+
+    def printed_at(self, value: str) -> float | None: ...
+
+    def stderr_tail(self) -> str: ...
+
+
+def await_recovery(survivors: Sequence[Survivor], markers: Sequence[str],
+                   own_all: Callable[[], bool], check_alive: Callable[[], None],
+                   killed_at: float, patience_s: float, what: str) -> tuple[float, float, float]:
+    """Wait (at most ``patience_s`` after ``killed_at``) until ``own_all()`` says the survivors
+    own every partition and one of them printed each marker; return the seconds from the kill
+    to each: (owned, first marker printed, last marker printed)."""
+    owned_at: float | None = None
+    deadline = killed_at + patience_s
+    while True:
+        check_alive()
+        if owned_at is None and own_all():
+            owned_at = time.monotonic()
+        printed = [min((t for t in (m.printed_at(v) for m in survivors) if t is not None),
+                       default=None) for v in markers]
+        times = [t for t in printed if t is not None]
+        if owned_at is not None and len(times) == len(markers):
+            return owned_at - killed_at, min(times) - killed_at, max(times) - killed_at
+        if time.monotonic() >= deadline:
+            raise BenchError(
+                f"{patience_s:.0f} s after {what}: survivors own "
+                f"{'all' if owned_at else 'not all'} partitions, printed "
+                f"{len(times)}/{len(markers)} markers; "
+                + "; ".join(f"{m.client_id}: {m.stderr_tail()}" for m in survivors))
+        time.sleep(POLL_S)
