@@ -73,8 +73,7 @@ def write_gaps(holder: ShareHolder, coordination: KafkaLogConfig,
     producer: KafkaProducer | None = None
     try:
         producer = KafkaProducer(**coordination.client_config(
-            KafkaProducer, defaults={"linger_ms": 0},
-            fixed=SAFE_PRODUCER))
+            KafkaProducer, defaults={"linger_ms": 0}, fixed=SAFE_PRODUCER))
         futures = [producer.send(coordination.topic, value=record_value(holder, message),
                                  partition=partition)
                    for partition, message in messages]
