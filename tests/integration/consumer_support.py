@@ -121,12 +121,17 @@ def wait_for(condition: Callable[[], T | None], timeout: float, what: str,
 class Producer:
     """Produces values f"{i}" to partition i % partitions and remembers what it wrote."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int = PARTITIONS, *,
+                 whole_sends: bool = False) -> None:
+        """``whole_sends``: each :meth:`send` reaches a partition as one append (its records
+        batched until its flush), not in the pieces the sender thread takes meanwhile."""
         self.topic = topic
         self.partitions = partitions
+        batching = {"linger_ms": 60_000, "batch_size": 1 << 20} if whole_sends else \
+            {"linger_ms": 5}
         # Never re-creates a topic a test deleted (brokers may create topics on request).
-        self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
-                                       allow_auto_create_topics=False)
+        self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                       allow_auto_create_topics=False, **batching)
         self._next = 0
         self._lock = threading.Lock()
         self.produced: list[TP] = []

@@ -159,7 +159,9 @@ class ShareCluster:
         self.processes: list[ConsumerProcess] = []
         create_topic(bootstrap, self.topic, 1)
         self.watcher = ShareWatcher(bootstrap, self.ctopic, self.group, self.topic)
-        self.producer = Producer(bootstrap, self.topic, 1)
+        # Whole sends: a member fetching while a test produces sees all of it or none (on
+        # a loaded machine the sender thread once let a victim acquire the first 16 of 1,000).
+        self.producer = Producer(bootstrap, self.topic, 1, whole_sends=True)
 
     def produce(self, count: int) -> list[int]:
         return [o for _, o in self.producer.send(count)]
