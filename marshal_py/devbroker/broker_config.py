@@ -22,8 +22,10 @@ from marshal_py.devbroker.storage import (
     check_formatted_by,
     format_storage,
     is_formatted,
+    note_formatted_by,
     series,
 )
+from marshal_py.devbroker.storage_template import copy_template, save_template, template_dir
 from marshal_py.errors import DevBrokerError
 
 log = logging.getLogger(__name__)
@@ -183,11 +185,28 @@ class BrokerConfiguration:
             log.debug("%s is already formatted", self._kafka_log_dir)
             check_formatted_by(self.data_dir, self.kafka_version)
             return
+        cluster_id = self.cluster_id or new_cluster_id()
+        extra_args = self._format_extra_args()
+        template = template_dir(lib, properties.read_text(encoding="utf-8"), self.data_dir,
+                                extra_args) if self._keeps_storage_template() else None
+        if template is not None and copy_template(template, self._kafka_log_dir, cluster_id,
+                                                  new_id=new_cluster_id):
+            log.info("formatted %s (cluster id %s) from %s", self._kafka_log_dir, cluster_id,
+                     template)
+            note_formatted_by(self.data_dir, self.kafka_version)
+            return
         archive = self._class_archive.options() if self._class_archive is not None else []
         format_storage([java, *archive, *self._jvm_options(), "-cp", f"{lib}/*"],
-                       cluster_id=self.cluster_id or new_cluster_id(), properties=properties,
+                       cluster_id=cluster_id, properties=properties,
                        data_dir=self.data_dir, kafka_log_dir=self._kafka_log_dir,
-                       kafka_version=self.kafka_version, extra_args=self._format_extra_args())
+                       kafka_version=self.kafka_version, extra_args=extra_args)
+        if template is not None:
+            save_template(template, self._kafka_log_dir)
+
+    def _keeps_storage_template(self) -> bool:
+        """Whether a format of this broker's storage may be kept and copied (see
+        :mod:`marshal_py.devbroker.storage_template`); a secured broker's may not."""
+        return True
 
     def _format_extra_args(self) -> list[str]:
         """More arguments of ``kafka.tools.StorageTool format`` (subclasses: e.g. SCRAM users

@@ -425,6 +425,11 @@ class SecureDevBroker(DevBroker):
         lines += [f"{k}={v}" for k, v in {**overrides, **extra}.items()]
         return "\n".join(lines) + "\n"
 
+    def _keeps_storage_template(self) -> bool:
+        """No: its settings hold secrets and paths of its own, so Kafka formats its storage
+        (SCRAM users included) every time."""
+        return False
+
     def _format_extra_args(self) -> list[str]:
         """The SCRAM users, added to the cluster metadata when the storage is formatted."""
         return [arg for user in self.users for arg in (

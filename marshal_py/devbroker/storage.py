@@ -71,5 +71,10 @@ def format_storage(java_command: Sequence[str], *, cluster_id: str, properties: 
             f"formatting the broker storage in {kafka_log_dir} failed: "
             f"{reason[:_MAX_QUOTE]}; remove that directory (it may belong to another "
             "cluster) or choose another data directory")
+    note_formatted_by(data_dir, kafka_version)
+
+
+def note_formatted_by(data_dir: Path, kafka_version: str) -> None:
+    """Note in ``data_dir`` the release that formatted it (for :func:`check_formatted_by`)."""
     with contextlib.suppress(OSError):
         (data_dir / VERSION_FILE).write_text(kafka_version + "\n", encoding="ascii")

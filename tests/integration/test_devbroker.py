@@ -6,6 +6,7 @@ shared through a module-scoped fixture; the lifecycle tests start their own.
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import re
@@ -253,6 +254,38 @@ def test_a_stopped_broker_leaves_an_archive_of_its_classes_that_the_next_one_map
     with DevBroker(cache_dir=tmp_path / "cache") as second:
         assert second.pid is not None
         assert str(archive) in Path(f"/proc/{second.pid}/maps").read_text()  # mapped
+
+
+def test_the_first_format_is_kept_and_later_brokers_get_a_copy_with_ids_of_their_own(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Kafka formats the first broker's storage; the next one's is a copy of that format
+    (no JVM) with a cluster id and a directory id of its own, and it serves clients."""
+    version_dir = tmp_path / "cache" / f"kafka-{KAFKA_VERSION}"
+    version_dir.mkdir(parents=True)
+    (version_dir / "lib").symlink_to(resolve_kafka_jars())
+    caplog.set_level(logging.INFO, logger="marshal_py.devbroker")
+    with DevBroker(cache_dir=tmp_path / "cache") as first:
+        assert "formatting" in caplog.text and " from " not in caplog.text
+        first_meta = (first.data_dir / "logs" / "meta.properties").read_text()
+    (template,) = version_dir.glob("storage-*")
+    assert sorted(p.name for p in template.iterdir()) == ["bootstrap.checkpoint",
+                                                          "meta.properties"]
+    caplog.clear()
+    with DevBroker(cache_dir=tmp_path / "cache") as second:
+        assert f"from {template}" in caplog.text and "formatting" not in caplog.text
+        logs = second.data_dir / "logs"
+        assert (logs / "bootstrap.checkpoint").read_bytes() == \
+            (template / "bootstrap.checkpoint").read_bytes()
+        ids = [dict(line.split("=", 1) for line in meta.splitlines() if "=" in line)
+               for meta in (first_meta, (logs / "meta.properties").read_text())]
+        assert ids[0]["cluster.id"] != ids[1]["cluster.id"]
+        assert ids[0]["directory.id"] != ids[1]["directory.id"]
+        assert ids[0]["node.id"] == ids[1]["node.id"] == "1"
+        admin = KafkaAdminClient(bootstrap_servers=second.bootstrap_servers)
+        try:
+            assert admin.describe_cluster()["cluster_id"] == ids[1]["cluster.id"]
+        finally:
+            admin.close()
 
 
 def test_temporary_data_dir_is_removed_by_stop() -> None:
