@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from marshal_py.devbroker.broker import HOST, DevBroker, find_java
+from marshal_py.devbroker.properties import replace_values
 from marshal_py.errors import DevBrokerError
 from marshal_py.protocol.index import index_topic_for
 
@@ -415,14 +416,9 @@ class SecureDevBroker(DevBroker):
             "super.users": f"User:{ADMIN_USER}",
             "allow.everyone.if.no.acl.found": "false",
         }
-        lines = []
-        for line in super()._server_properties().splitlines():
-            key = line.split("=", 1)[0].strip()
-            if not line.lstrip().startswith("#") and key in overrides:
-                line = f"{key}={overrides.pop(key)}"
-            lines.append(line)
+        lines, replaced = replace_values(super()._server_properties(), overrides)
         lines.append("# Security (marshal_py.devbroker.security)")
-        lines += [f"{k}={v}" for k, v in {**overrides, **extra}.items()]
+        lines += [f"{k}={v}" for k, v in {**overrides, **extra}.items() if k not in replaced]
         return "\n".join(lines) + "\n"
 
     def _keeps_storage_template(self) -> bool:

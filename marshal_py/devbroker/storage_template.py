@@ -27,6 +27,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from marshal_py.devbroker.properties import replace_values
+
 log = logging.getLogger(__name__)
 
 PREFIX = "storage-"
@@ -61,16 +63,8 @@ def copy_template(template: Path, log_dir: Path, cluster_id: str,
         meta = (template / FILES[1]).read_text(encoding="utf-8")
     except OSError:
         return False
-    lines, seen = [], set()
-    for line in meta.splitlines():
-        key = line.split("=", 1)[0]
-        if key == "cluster.id":
-            line = f"cluster.id={cluster_id}"
-        elif key == "directory.id":
-            line = f"directory.id={new_id()}"
-        seen.add(key)
-        lines.append(line)
-    if not {"cluster.id", "directory.id", "node.id", "version"} <= seen:
+    lines, found = replace_values(meta, {"cluster.id": cluster_id, "directory.id": new_id()})
+    if len(found) < 2 or not any(line.startswith("node.id=") for line in lines):
         log.debug("the storage template %s is not one this release wrote", template)
         return False
     log_dir.mkdir(parents=True, exist_ok=True)
