@@ -223,12 +223,15 @@ def test_read_committed_stream_reads_each_committed_record_once_and_lag_ends_at_
 
 
 def test_a_missing_topic_is_one_line_naming_it(
-        kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+        kafka_bootstrap: str, unique_name: str, tmp_path: Path,
+        streams: SessionProcess) -> None:
+    """The stream raises a MarshalError whose one line names the topic (the serving process
+    answers as the script's own process exits: status 2, that line on stderr)."""
     world = SimpleNamespace(bootstrap=kafka_bootstrap, topic=f"{unique_name}-missing",
                             ctopic=f"__marshal-{unique_name}", group=f"{unique_name}.g")
     out = tmp_path / "out"
     out.mkdir()
-    done = run_stream(world, out, "run1")
+    done = run_stream(world, out, "run1", on=streams)
     assert done.returncode == 2, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and world.topic in errors[0], done.stderr[-3000:]
