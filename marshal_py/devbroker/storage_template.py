@@ -64,7 +64,8 @@ def copy_template(template: Path, log_dir: Path, cluster_id: str,
     except OSError:
         return False
     lines, found = replace_values(meta, {"cluster.id": cluster_id, "directory.id": new_id()})
-    if len(found) < 2 or not any(line.startswith("node.id=") for line in lines):
+    if not checkpoint or len(found) < 2 or \
+            not any(line.startswith("node.id=") for line in lines):
         log.debug("the storage template %s is not one this release wrote", template)
         return False
     log_dir.mkdir(parents=True, exist_ok=True)

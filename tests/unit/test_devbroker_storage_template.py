@@ -90,4 +90,7 @@ def test_no_template_or_an_unknown_one_formats_nothing(tmp_path: Path) -> None:
     (odd / "bootstrap.checkpoint").write_bytes(b"x")
     (odd / "meta.properties").write_text("node.id=1\n")
     assert not copy_template(odd, target, "C", new_id=lambda: "D")
+    (odd / "meta.properties").write_text(META)
+    (odd / "bootstrap.checkpoint").write_bytes(b"")  # a write cut short
+    assert not copy_template(odd, target, "C", new_id=lambda: "D")
     assert not (target / "meta.properties").exists()
