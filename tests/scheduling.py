@@ -1,8 +1,9 @@
 """How ``bin/test`` spreads the suite over pytest-xdist workers.
 
 Most of the suite waits: on heartbeat intervals, leases, brokers and Spark jobs. Several
-workers (``bin/test`` runs three) use those waits, each with a broker of its own (the session
-fixtures are per worker). A worker is handed whole *parts*: a test file, or for the Spark
+workers (``bin/test`` runs three) use those waits, all on the one dev broker ``bin/test``
+starts for the run (without it, the session fixtures start one per worker). A worker is
+handed whole *parts*: a test file, or for the Spark
 tests one of four fixed sets of files, so that each Spark session (a JVM and Python workers)
 starts once per part and the standalone cluster once in the whole run; the files that also
 run on a Kafka 3.9 broker are one part too, so that broker starts once. Parts go out longest
