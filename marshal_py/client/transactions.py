@@ -146,6 +146,10 @@ class PartitionProducer:
         self.in_use = False
         self.retired = False
         self._open = False
+        #: The open transaction's sends (their futures), and the producer id and epoch it
+        #: began with: see :meth:`commit`.
+        self._sent: list[Any] = []
+        self._began_as: tuple[int, int] | None = None
         try:
             self._producer = quick_metadata(KafkaProducer(**config.client_config(
                 KafkaProducer, fixed={
@@ -206,14 +210,24 @@ class PartitionProducer:
             raise transaction_error(self.config, exc, self.tid, "beginning a transaction") \
                 from exc
         self._open = True
+        self._sent = []
+        self._began_as = self._id_and_epoch()
+
+    def _id_and_epoch(self) -> tuple[int, int] | None:
+        """The producer id and epoch the producer writes with now (None: not known)."""
+        manager = getattr(self._producer, "_transaction_manager", None)
+        current = getattr(manager, "producer_id_and_epoch", None)
+        return None if current is None else (current.producer_id, current.epoch)
 
     def send(self, topic: str, value: bytes | None, key: bytes | None,
              headers: Sequence[tuple[str, bytes]] | None, partition: int | None) -> Any:
         """Send an output record in the open transaction; its future."""
         try:
-            return self._producer.send(topic, value=value, key=key,
-                                       headers=list(headers) if headers else None,
-                                       partition=partition)
+            future = self._producer.send(topic, value=value, key=key,
+                                         headers=list(headers) if headers else None,
+                                         partition=partition)
+            self._sent.append(future)
+            return future
         except KafkaTimeoutError as exc:
             raise BrokerUnavailableError(
                 f"no metadata for output topic {topic!r} within {self.timeout_s:g} s: create "
@@ -226,8 +240,28 @@ class PartitionProducer:
                record: bytes) -> None:
         """Add the commit record to the transaction and commit it. Raises
         :class:`TransactionFencedError`, :class:`TransactionOutcomeUnknownError` (commit
-        timed out: outcome unknown), or another :class:`MarshalError` (not committed)."""
+        timed out: outcome unknown), or another :class:`MarshalError` (not committed).
+
+        Every record of the transaction is acknowledged first (the wait a commit makes
+        anyway), and the transaction is committed only if each one was written under the
+        producer id and epoch it began with. kafka-python recovers from some produce errors
+        (an unknown producer id or an out-of-order sequence, as after a broker restart) by
+        bumping the producer's epoch (KIP-360), which aborts the open transaction and fails
+        the sends in flight -- and then lets the same transaction go on under the new epoch:
+        a commit would then write the input offset without the output sent before the bump.
+        That is refused here: the batch is aborted and its records come again."""
         self.send(coordination_topic, record, None, None, coordination_partition)
+        try:
+            self._producer.flush(self.timeout_s)
+        except Exception as exc:
+            raise transaction_error(self.config, exc, self.tid,
+                                    "writing a transaction's records") from exc
+        lost = next((f for f in self._sent if not f.is_done or f.failed()), None)
+        if lost is not None or self._id_and_epoch() != self._began_as:
+            why = (f"a record was not written ({lost.exception})" if lost is not None else
+                   "the producer's epoch was bumped, which aborted the transaction")
+            raise BrokerUnavailableError(f"transactional id {self.tid!r}: {why}; the batch is "
+                                         "not committed and its records come again")
         try:
             bounded(self._producer.commit_transaction, self.timeout_s, "committing a transaction")
         except TransactionOutcomeUnknownError:
@@ -235,6 +269,10 @@ class PartitionProducer:
         except Exception as exc:
             raise transaction_error(self.config, exc, self.tid,
                                     "committing a transaction") from exc
+        if self._id_and_epoch() != self._began_as:
+            raise TransactionOutcomeUnknownError(
+                f"transactional id {self.tid!r}: the producer's epoch was bumped while the "
+                "transaction committed; what it committed is read from the log")
         self._open = False
 
     def abort(self) -> None:
