@@ -81,40 +81,36 @@ def _partition_producer(fake: _Producer) -> PartitionProducer:
     return producer
 
 
-def test_a_commit_waits_for_every_record_then_commits() -> None:
-    fake = _Producer()
+def _one_sent(fake: _Producer) -> PartitionProducer:
+    """A transaction begun on ``fake`` with one output record sent."""
     producer = _partition_producer(fake)
     producer.begin()
     producer.send("out", b"v", None, None, None)
+    return producer
+
+
+def test_a_commit_waits_for_every_record_then_commits() -> None:
+    fake = _Producer()
+    producer = _one_sent(fake)
     producer.commit("__marshal", 1, b"CommittingTransaction/...")
     assert fake.calls == ["begin", "send out", "send __marshal", "flush", "commit"]
 
 
-def test_an_epoch_bumped_before_the_commit_refuses_it() -> None:
-    fake = _Producer(bump_on="flush", fail_sends=True)
-    producer = _partition_producer(fake)
-    producer.begin()
-    producer.send("out", b"v", None, None, None)
-    with pytest.raises(BrokerUnavailableError, match=r"not written.*records come again"):
-        producer.commit("__marshal", 1, b"CommittingTransaction/...")
-    assert "commit" not in fake.calls
-
-
-def test_a_bump_whose_sends_did_not_fail_refuses_the_commit_too() -> None:
-    fake = _Producer(bump_on="flush")
-    producer = _partition_producer(fake)
-    producer.begin()
-    producer.send("out", b"v", None, None, None)
-    with pytest.raises(BrokerUnavailableError, match="epoch was bumped"):
+@pytest.mark.parametrize(("fail_sends", "said"), [
+    (True, r"not written.*records come again"),  # the sends in flight failed with the bump
+    (False, r"epoch was bumped"),  # or they were acknowledged before it
+])
+def test_an_epoch_bumped_before_the_commit_refuses_it(fail_sends: bool, said: str) -> None:
+    fake = _Producer(bump_on="flush", fail_sends=fail_sends)
+    producer = _one_sent(fake)
+    with pytest.raises(BrokerUnavailableError, match=said):
         producer.commit("__marshal", 1, b"CommittingTransaction/...")
     assert "commit" not in fake.calls
 
 
 def test_a_failed_send_refuses_the_commit() -> None:
     fake = _Producer()
-    producer = _partition_producer(fake)
-    producer.begin()
-    producer.send("out", b"v", None, None, None)
+    producer = _one_sent(fake)
     fake.futures[0].exception = RuntimeError("NotLeaderForPartitionError")
     with pytest.raises(BrokerUnavailableError, match="NotLeaderForPartitionError"):
         producer.commit("__marshal", 1, b"CommittingTransaction/...")
@@ -123,8 +119,6 @@ def test_a_failed_send_refuses_the_commit() -> None:
 
 def test_an_epoch_bumped_during_the_commit_leaves_its_outcome_unknown() -> None:
     fake = _Producer(bump_on="commit")
-    producer = _partition_producer(fake)
-    producer.begin()
-    producer.send("out", b"v", None, None, None)
+    producer = _one_sent(fake)
     with pytest.raises(TransactionOutcomeUnknownError, match="read from the log"):
         producer.commit("__marshal", 1, b"CommittingTransaction/...")
