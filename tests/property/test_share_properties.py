@@ -55,7 +55,6 @@ import contextlib
 import gc
 import random
 import signal
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -1004,31 +1003,28 @@ class _Slow(Exception):
 
 @contextlib.contextmanager
 def deadline(seconds: float) -> Iterator[None]:
-    """Raise _Slow in the block after ``seconds``, and again every 50 ms until it ends (an
-    exception raised while a finalizer runs is swallowed, so the cyclic collector, which
-    runs them, is off meanwhile); pytest-timeout's own alarm is put back afterwards."""
+    """Raise _Slow in the block after ``seconds`` of this process's CPU (user and system: a
+    busy machine that keeps the test waiting for a core does not count), and again every 50 ms
+    of CPU until it ends (an exception raised while a finalizer runs is swallowed, so the
+    cyclic collector, which runs them, is off meanwhile)."""
 
     def alarm(signum: int, frame: object) -> None:
         raise _Slow
 
-    previous = signal.signal(signal.SIGALRM, alarm)
-    started = time.monotonic()
+    previous = signal.signal(signal.SIGPROF, alarm)
     gc.disable()
-    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds, 0.05)
+    signal.setitimer(signal.ITIMER_PROF, seconds, 0.05)
     try:
         yield
     finally:
         while True:
             try:
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.setitimer(signal.ITIMER_PROF, 0)
                 break
             except _Slow:
                 continue
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGPROF, previous)
         gc.enable()
-        if outer:
-            signal.setitimer(signal.ITIMER_REAL,
-                             max(0.001, outer - (time.monotonic() - started)))
 
 
 def huge_range_log(kind: str, inflight_limit: int) -> Writer:
