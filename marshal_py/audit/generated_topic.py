@@ -26,8 +26,10 @@ def create_topic(bootstrap_servers: str, topic: str, partitions: int,
     from kafka import KafkaAdminClient
 
     from marshal_py.log.kafka import KafkaLog, KafkaLogConfig
+    from marshal_py.log.kafka_config import new_client
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, **(kafka_config or {}))
+    admin = new_client(KafkaAdminClient, bootstrap_servers=bootstrap_servers,
+                       **(kafka_config or {}))
     try:
         admin.create_topics({topic: {
             "num_partitions": partitions, "replication_factor": 1,
@@ -51,9 +53,11 @@ def produce(bootstrap_servers: str, topic: str, records: Iterator[GeneratedRecor
     """
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=20,
-                             batch_size=1 << 20, max_in_flight_requests_per_connection=1,
-                             acks=1, **(kafka_config or {}))
+    from marshal_py.log.kafka_config import new_client
+
+    producer = new_client(KafkaProducer, bootstrap_servers=bootstrap_servers, linger_ms=20,
+                          batch_size=1 << 20, max_in_flight_requests_per_connection=1,
+                          acks=1, **(kafka_config or {}))
     sent = 0
     started = time.monotonic()
     last_report = started

@@ -157,7 +157,9 @@ def timestamp_type(kafka_log: KafkaLog) -> str:
         from kafka import KafkaAdminClient
         from kafka.admin import ConfigResource, ConfigResourceType
 
-        admin = KafkaAdminClient(**kafka_log.config.client_config(KafkaAdminClient))
+        from marshal_py.log.kafka_config import new_client
+
+        admin = new_client(KafkaAdminClient, **kafka_log.config.client_config(KafkaAdminClient))
         try:
             described = admin.describe_configs([ConfigResource(
                 ConfigResourceType.TOPIC, kafka_log.topic,

@@ -29,6 +29,7 @@ from marshal_py.admin.world_view import load_world
 from marshal_py.devbroker import DevBroker
 from marshal_py.errors import MarshalError
 from marshal_py.log import KafkaLog, KafkaLogConfig
+from marshal_py.log.kafka_config import new_client
 
 TOPIC = "orders"
 GROUP = "demo.pipeline"
@@ -47,7 +48,7 @@ def run_cli(*args: str) -> None:
 
 
 def produce(bootstrap: str, start: int, count: int) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    producer = new_client(KafkaProducer, bootstrap_servers=bootstrap, linger_ms=5)
     for i in range(start, start + count):
         value = json.dumps({"order": i, "amount": (i * 37) % 1000}).encode()
         producer.send(TOPIC, key=f"customer-{i % 97}".encode(), value=value,
@@ -88,7 +89,7 @@ def consumed(outputs: list[Path]) -> Counter[tuple[int, int]]:
 
 def demo(bootstrap: str, workdir: Path) -> None:
     say(f"Creating topic '{TOPIC}' with {PARTITIONS} partitions and producing {BATCH:,} orders")
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = new_client(KafkaAdminClient, bootstrap_servers=bootstrap)
     admin.create_topics({TOPIC: {"num_partitions": PARTITIONS, "replication_factor": 1}},
                         wait_for_metadata=True)
     admin.close()

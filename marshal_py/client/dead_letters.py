@@ -18,7 +18,7 @@ from kafka.errors import KafkaError
 
 from marshal_py.errors import BrokerUnavailableError
 from marshal_py.log.kafka import KafkaLogConfig
-from marshal_py.log.kafka_config import GROUPLESS, SAFE_PRODUCER
+from marshal_py.log.kafka_config import GROUPLESS, SAFE_PRODUCER, new_client
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class DeadLetterWriter:
         """Write ``record`` (topic, partition, offset, key, value, headers) to
         ``dead_letter_topic`` and wait for the broker; BrokerUnavailableError when it fails."""
         if self._producer is None:
-            self._producer = KafkaProducer(**self._kafka.client_config(
+            self._producer = new_client(KafkaProducer, **self._kafka.client_config(
                 KafkaProducer, fixed=SAFE_PRODUCER))
         headers = [
             (GROUP, self._group.encode()),
@@ -73,7 +73,8 @@ class DeadLetterWriter:
         from then to its end (dead letters are few); BrokerUnavailableError when it cannot."""
         wanted = {GROUP: self._group.encode(), TOPIC: topic.encode(),
                   PARTITION: str(partition).encode(), OFFSET: str(offset).encode()}
-        consumer = KafkaConsumer(**self._kafka.client_config(KafkaConsumer, fixed=GROUPLESS))
+        consumer = new_client(KafkaConsumer,
+                              **self._kafka.client_config(KafkaConsumer, fixed=GROUPLESS))
         try:
             count = consumer.partitions_for_topic(dead_letter_topic) or set()
             tps = [TopicPartition(dead_letter_topic, p) for p in sorted(count)]

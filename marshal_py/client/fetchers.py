@@ -44,7 +44,7 @@ from marshal_py.client.fetch_types import (
 from marshal_py.errors import ConfigurationError
 from marshal_py.log.kafka import KafkaLogConfig, quick_metadata
 from marshal_py.log.kafka_auth import connection_error, data_topic_error
-from marshal_py.log.kafka_config import GROUPLESS
+from marshal_py.log.kafka_config import GROUPLESS, new_client
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class KafkaPythonFetcher:
         #: Bytes per record fetched (a moving average), for :meth:`expect_records`.
         self._record_bytes: float | None = None
         try:
-            self._consumer = quick_metadata(KafkaConsumer(**config.client_config(
+            self._consumer = quick_metadata(new_client(KafkaConsumer, **config.client_config(
                 KafkaConsumer, defaults={"fetch_max_wait_ms": 200},
                 fixed={**GROUPLESS, "auto_offset_reset": "earliest"})))
         except (KafkaConnectionError, KafkaTimeoutError) as exc:  # refused credentials?

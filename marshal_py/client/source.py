@@ -14,7 +14,7 @@ from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from marshal_py.errors import TopicNotFoundError
 from marshal_py.log.kafka import KafkaLogConfig, kafka_topic_id, quick_metadata
 from marshal_py.log.kafka_auth import connection_error, data_topic_error, not_authorized
-from marshal_py.log.kafka_config import GROUPLESS
+from marshal_py.log.kafka_config import GROUPLESS, new_client
 from marshal_py.log.kafka_identity import topic_id_of
 
 _UNKNOWN_TOPIC = 3
@@ -57,9 +57,10 @@ class KafkaPartitionSource:
         """Open the clients, check that ``topics`` exist (TopicNotFoundError) and warm the
         connections the first claim needs."""
         try:
-            self._admin = KafkaAdminClient(**self._config.client_config(KafkaAdminClient))
-            self._consumer = quick_metadata(KafkaConsumer(
-                **self._config.client_config(KafkaConsumer, fixed=GROUPLESS)))
+            self._admin = new_client(KafkaAdminClient,
+                                     **self._config.client_config(KafkaAdminClient))
+            self._consumer = quick_metadata(new_client(
+                KafkaConsumer, **self._config.client_config(KafkaConsumer, fixed=GROUPLESS)))
         except (KafkaConnectionError, KafkaTimeoutError) as exc:
             self._close_clients()
             raise connection_error(self._config, exc) from exc

@@ -44,6 +44,7 @@ from marshal_py.log.kafka_config import (
     SAFE_PRODUCER,
     KafkaLogConfig,
     close_producer,
+    new_client,
     quick_metadata,
 )
 
@@ -151,7 +152,7 @@ class PartitionProducer:
         self._sent: list[Any] = []
         self._began_as: tuple[int, int] | None = None
         try:
-            self._producer = quick_metadata(KafkaProducer(**config.client_config(
+            self._producer = quick_metadata(new_client(KafkaProducer, **config.client_config(
                 KafkaProducer, fixed={
                     **SAFE_PRODUCER,
                     "transactional_id": tid,
@@ -182,7 +183,7 @@ class PartitionProducer:
         brokers may be restarting (retried)."""
         admin = None
         try:
-            admin = KafkaAdminClient(**self.config.client_config(KafkaAdminClient))
+            admin = new_client(KafkaAdminClient, **self.config.client_config(KafkaAdminClient))
             found = [t for t in admin.describe_topics([TRANSACTION_STATE_TOPIC])
                      if t.get("name") == TRANSACTION_STATE_TOPIC]
             missing = not found or found[0].get("error_code", 0) == 3

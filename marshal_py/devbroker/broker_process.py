@@ -75,8 +75,11 @@ def describe_cluster(
         return None
     from kafka import KafkaAdminClient
 
+    from marshal_py.log.kafka_config import new_client
+
     try:
-        admin = KafkaAdminClient(
+        admin = new_client(
+            KafkaAdminClient,
             bootstrap_servers=bootstrap_servers,
             client_id="marshal-devbroker-probe",
             **client_config(),

@@ -286,13 +286,14 @@ class DevCluster:
         partition is unknown to them): ask again."""
         from kafka import KafkaAdminClient
 
+        from marshal_py.log.kafka_config import new_client
+
         running = [n.bootstrap_servers for n in self.nodes.values() if n.is_running()]
         if not running:
             return None
         try:
-            admin = KafkaAdminClient(bootstrap_servers=",".join(running),
-                                     client_id="marshal-devcluster-probe",
-                                     request_timeout_ms=5000)
+            admin = new_client(KafkaAdminClient, bootstrap_servers=",".join(running),
+                               client_id="marshal-devcluster-probe", request_timeout_ms=5000)
         except Exception as exc:  # no node answers yet
             log.debug("cannot describe %s: %s", topic, exc)
             return None

@@ -290,13 +290,15 @@ class SecureDevBroker(DevBroker):
         :func:`member_acls`), as admin."""
         from kafka import KafkaAdminClient
 
+        from marshal_py.log.kafka_config import new_client
+
         if ":" not in principal:
             principal = f"User:{principal}"
         acls = member_acls(principal, coordination_topic, topics, create=create,
                            index_topic=index_topic, output_topics=output_topics,
                            transactional_group=transactional_group)
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers,
-                                 client_id="marshal-devbroker-acls", **self.client_config())
+        admin = new_client(KafkaAdminClient, bootstrap_servers=self.bootstrap_servers,
+                           client_id="marshal-devbroker-acls", **self.client_config())
         try:
             result = admin.create_acls(acls)
         finally:

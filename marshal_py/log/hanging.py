@@ -36,7 +36,7 @@ from kafka.structs import TopicPartition
 
 from marshal_py.errors import BrokerUnavailableError, KafkaAuthorizationError, MarshalError
 from marshal_py.log.kafka_auth import is_authorization_failure, principal
-from marshal_py.log.kafka_config import KafkaLogConfig, close_producer
+from marshal_py.log.kafka_config import KafkaLogConfig, close_producer, new_client
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class HangingTransactions:
     def __init__(self, config: KafkaLogConfig) -> None:
         self.config = config
         try:
-            self._admin = KafkaAdminClient(**config.client_config(KafkaAdminClient))
+            self._admin = new_client(KafkaAdminClient, **config.client_config(KafkaAdminClient))
         except KafkaError as exc:
             raise _admin_error(config, exc, "connecting an admin client") from exc
 
@@ -265,9 +265,9 @@ class HangingTransactions:
         assert hanging.transactional_id is not None
         producer = None
         try:
-            producer = KafkaProducer(**self.config.client_config(KafkaProducer, fixed={
-                "transactional_id": hanging.transactional_id,
-                "max_block_ms": int(self.config.timeout_s * 1000)}))
+            producer = new_client(KafkaProducer, **self.config.client_config(
+                KafkaProducer, fixed={"transactional_id": hanging.transactional_id,
+                                      "max_block_ms": int(self.config.timeout_s * 1000)}))
             producer.init_transactions()
             now = producer._transaction_manager.producer_id_and_epoch
             got = (int(now.producer_id), int(now.epoch))

@@ -43,6 +43,7 @@ from marshal_py.log.kafka_config import (
     KafkaLogConfig,
     close_producer,
     kafka_topic_id,
+    new_client,
     quick_metadata,
 )
 from marshal_py.log.kafka_fetch import collect
@@ -107,7 +108,7 @@ class KafkaLog:
         self._index_so_far = IndexSoFar()
         try:
             check_credentials(config)  # a refused login now, not after the timeout
-            self._admin = KafkaAdminClient(**config.client_config(KafkaAdminClient))
+            self._admin = new_client(KafkaAdminClient, **config.client_config(KafkaAdminClient))
             described = self._ensure_topic()
             self.metadata_partition_count = len(described["partitions"])
             self._partition_count = load_layout(

@@ -28,6 +28,7 @@ from marshal_py.log.kafka_config import (
     SAFE_PRODUCER,
     SEND_BLOCK_MS,
     KafkaLogConfig,
+    new_client,
     quick_metadata,
 )
 from marshal_py.log.kafka_fetch import install
@@ -54,13 +55,14 @@ def open_writer(config: KafkaLogConfig) -> KafkaProducer:
         # Idempotence also keeps each partition's records in the order they were sent:
         # kafka-python then sends one batch per partition at a time and retries it before
         # the next (signed records' sequence numbers need it).
-        return quick_metadata(KafkaProducer(**config.client_config(KafkaProducer, fixed={
-            **SAFE_PRODUCER,
-            "linger_ms": 0,
-            # send() waits this long for the topic's metadata, then is retried
-            # (KafkaLog._patiently): a deleted topic is asked about in between.
-            "max_block_ms": SEND_BLOCK_MS,
-        })))
+        return quick_metadata(new_client(KafkaProducer, **config.client_config(
+            KafkaProducer, fixed={
+                **SAFE_PRODUCER,
+                "linger_ms": 0,
+                # send() waits this long for the topic's metadata, then is retried
+                # (KafkaLog._patiently): a deleted topic is asked about in between.
+                "max_block_ms": SEND_BLOCK_MS,
+            })))
     except (KafkaConnectionError, KafkaTimeoutError) as exc:
         raise unreachable(config, exc) from exc
 
@@ -69,7 +71,7 @@ def open_reader(config: KafkaLogConfig) -> KafkaConsumer:
     """The group-less reader of the coordination topic (record batches decoded by
     :mod:`~marshal_py.log.kafka_fetch`)."""
     try:
-        consumer = quick_metadata(KafkaConsumer(**config.client_config(
+        consumer = quick_metadata(new_client(KafkaConsumer, **config.client_config(
             KafkaConsumer,
             defaults={"fetch_max_wait_ms": READER_FETCH_WAIT_MS, **READER_FETCH_BYTES},
             # Whatever kafka_config says for data topics, isolation_level included: records

@@ -4,11 +4,12 @@ settings and workarounds every client of the library shares."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaTimeoutError
@@ -17,6 +18,8 @@ from marshal_py.errors import ConfigurationError
 from marshal_py.protocol.index import index_topic_for
 
 log = logging.getLogger(__name__)
+
+_Client = TypeVar("_Client", KafkaConsumer, KafkaProducer, KafkaAdminClient)
 
 DEFAULT_COORDINATION_TOPIC = "__marshal"
 DEFAULT_COORDINATION_PARTITIONS = 4
@@ -185,6 +188,25 @@ def quick_metadata(client: Any) -> Any:
         if "allow_auto_create_topics" in config and isinstance(creates, bool):
             config["allow_auto_create_topics"] = creates
     return client
+
+def new_client(cls: type[_Client], **settings: Any) -> _Client:
+    """``cls(**settings)`` (a kafka-python KafkaConsumer, KafkaProducer or KafkaAdminClient),
+    closing what a failed construction leaves behind. kafka-python 3.0 starts a client's
+    network thread before it bootstraps, and when no broker answers its constructor raises
+    with that thread still running: it keeps trying to connect for as long as the process
+    lives, so every failed attempt of a process that retries (a member waiting out a broker
+    outage, a probe waiting for a broker to start) would leave one more."""
+    client: Any = object.__new__(cls)
+    try:
+        client.__init__(**settings)
+    except BaseException:
+        network = getattr(client, "_client", None)  # set before the bootstrap
+        if network is not None:
+            with contextlib.suppress(Exception):
+                network.close()
+        raise
+    return cast(_Client, client)
+
 
 def kafka_topic_id(text: str | None) -> str | None:
     """A topic id as Kafka's tools show it (URL-safe base64 of its 16 bytes, unpadded), from

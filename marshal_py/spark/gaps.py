@@ -36,7 +36,7 @@ from kafka.errors import KafkaError
 
 from marshal_py.client.batch_member import ShareHolder
 from marshal_py.log.kafka import KafkaLogConfig
-from marshal_py.log.kafka_config import SAFE_PRODUCER
+from marshal_py.log.kafka_config import SAFE_PRODUCER, new_client
 from marshal_py.protocol import AcknowledgingRecords, OffsetRange, encode, format_ranges
 from marshal_py.protocol.auth import DECLARATION_SEQ, sign
 
@@ -72,7 +72,7 @@ def write_gaps(holder: ShareHolder, coordination: KafkaLogConfig,
         return True
     producer: KafkaProducer | None = None
     try:
-        producer = KafkaProducer(**coordination.client_config(
+        producer = new_client(KafkaProducer, **coordination.client_config(
             KafkaProducer, defaults={"linger_ms": 0}, fixed=SAFE_PRODUCER))
         futures = [producer.send(coordination.topic, value=record_value(holder, message),
                                  partition=partition)

@@ -106,7 +106,9 @@ class LogOptions:
         exactly-once member's commit that did not happen) is not part of the log."""
         from kafka import KafkaConsumer
 
-        return KafkaConsumer(**{
+        from marshal_py.log.kafka_config import new_client
+
+        return new_client(KafkaConsumer, **{
             "bootstrap_servers": self.bootstrap_servers, "group_id": None,
             "enable_auto_commit": False, "auto_offset_reset": "earliest",
             "request_timeout_ms": self.timeout_ms + 5_000,

@@ -8,6 +8,7 @@ import gc
 import logging
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -222,10 +223,13 @@ def closed_port() -> int:
 @pytest.mark.parametrize("kind", FETCHER_KINDS)
 def test_an_unreachable_broker_is_broker_unavailable_in_bounded_time(kind: FetcherKind) -> None:
     bootstrap = f"127.0.0.1:{closed_port()}"
+    before = set(threading.enumerate())
     started = time.monotonic()
     with pytest.raises(BrokerUnavailableError, match=f"cannot reach Kafka at {bootstrap}"):
         open_fetcher(kind, KafkaLogConfig(bootstrap_servers=bootstrap, timeout_s=2.0))
     assert time.monotonic() - started < 15
+    # No client thread left retrying (kafka-python's constructor leaves its own running).
+    assert [t.name for t in threading.enumerate() if t not in before] == []
 
 
 def test_kafka_python_settings_become_librdkafka_properties(

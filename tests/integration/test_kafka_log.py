@@ -74,9 +74,13 @@ def test_a_create_time_topic_is_refused_with_the_risk_explained(kafka_bootstrap:
         assert log.partition_count() == 2
 
 
-def test_an_unreachable_broker_is_one_clear_error() -> None:
+def test_an_unreachable_broker_is_one_clear_error_and_leaves_no_thread_behind() -> None:
+    before = set(threading.enumerate())
     with pytest.raises(BrokerUnavailableError, match=r"cannot reach Kafka at 127\.0\.0\.1:1"):
         KafkaLog(KafkaLogConfig(bootstrap_servers="127.0.0.1:1", timeout_s=1.0))
+    # kafka-python's failed constructor leaves its network thread retrying forever unless
+    # closed (marshal_py.log.kafka_config.new_client): a process that retries would pile up.
+    assert [t.name for t in threading.enumerate() if t not in before] == []
 
 
 def test_bad_settings_are_rejected_before_connecting() -> None:
