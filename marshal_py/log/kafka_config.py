@@ -189,6 +189,7 @@ def quick_metadata(client: Any) -> Any:
             config["allow_auto_create_topics"] = creates
     return client
 
+
 def new_client(cls: type[_Client], **settings: Any) -> _Client:
     """``cls(**settings)`` (a kafka-python KafkaConsumer, KafkaProducer or KafkaAdminClient),
     closing what a failed construction leaves behind. kafka-python 3.0 starts a client's
