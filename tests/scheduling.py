@@ -3,10 +3,10 @@
 Most of the suite waits: on heartbeat intervals, leases, brokers and Spark jobs. Several
 workers (``bin/test`` runs three) use those waits, all on the one dev broker ``bin/test``
 starts for the run (without it, the session fixtures start one per worker). A worker is
-handed whole *parts*: a test file, or for the Spark
-tests one of four fixed sets of files, so that each Spark session (a JVM and Python workers)
-starts once per part and the standalone cluster once in the whole run; the files that also
-run on a Kafka 3.9 broker are one part too, so that broker starts once. Parts go out longest
+handed whole *parts*: a test file, or for the Spark tests one of four fixed sets of files,
+so that each Spark session (a JVM and Python workers) starts once per part and the
+standalone cluster once in the whole run; the files that also run on a Kafka 3.9 broker are
+one part too, so that broker starts once. Parts go out longest
 first -- the Spark parts (with the Kafka 3.9 part among them, so that the three workers do
 not all start Spark at once), the jobs with a program of their own, the fault campaigns -- and
 the pure tests, quick and many, fill the gaps at the end (their longest parts first).
