@@ -6,10 +6,11 @@ starts for the run (without it, the session fixtures start one per worker). A wo
 handed whole *parts*: a test file, or for the Spark tests one of four fixed sets of files,
 so that each Spark session (a JVM and Python workers) starts once per part and the
 standalone cluster once in the whole run; the files that also run on a Kafka 3.9 broker are
-one part too, so that broker starts once. Parts go out longest
-first -- the Spark parts (with the Kafka 3.9 part among them, so that the three workers do
-not all start Spark at once), the jobs with a program of their own, the fault campaigns -- and
-the pure tests, quick and many, fill the gaps at the end (their longest parts first).
+one part too, so that broker starts once. Parts go out longest first -- the Spark parts (with
+the Kafka 3.9 part among them, so that the three workers do not all start Spark at once) and
+the jobs with a program of their own -- then a part that computes in turn with one that
+waits (the longest pure parts beside the fault campaigns and the longest broker files), then
+the other broker parts, and the other pure tests, quick and many, fill the gaps at the end.
 
 Each worker sorts its collection by :func:`rank_of` (the same order in every worker, as xdist
 requires), and :class:`PartsScheduling` hands the parts out in that order.
@@ -57,21 +58,29 @@ _PART_OF_TEST = {
     "record": "spark-cluster",
 }
 
-#: Parts (or directories) in the order the workers take them up; the rest follow, then the
-#: pure tests. Longest first, but never three Spark parts at once at the start: the 3.9 part
-#: (which waits on brokers) goes out second. With the three Spark parts first, the load
-#: reached 14 on 2 cores in their first minutes.
+#: Parts (or directories) the workers take up first, in this order: the Spark parts and the
+#: other long ones. Never three Spark parts at once at the start: the 3.9 part (which waits on
+#: brokers) goes out second. With the three Spark parts first, the load reached 14 on 2 cores
+#: in their first minutes.
 FIRST = ("spark-streams", "kafka-3.9", "spark-audit", "tests/test_bench_quick.py",
-         "spark-source", "spark-cluster", "tests/chaos/", "tests/failure/")
+         "spark-source", "spark-cluster")
+#: Then these, which alternate: a part that keeps a core busy (the longest pure parts), then
+#: one that mostly waits on brokers and heartbeats (the fault campaigns, the three-node
+#: failover, the longest broker files), so that a worker computing runs beside two waiting.
+#: When the long parts went out before every pure one, the three workers all waited at once
+#: for minutes (the machine 75-85 % busy, 2026-11-29) and the pure tests ran at the end.
+#: Longest first in each kind (2026-11-29, from a full run's timeline: the golden corpus
+#: 110 s, the campaigns 139 s).
+MIXED = ("tests/golden/test_golden_corpus.py", "tests/chaos/",
+         "tests/property/test_share_properties.py", "tests/failure/",
+         "tests/simulation/test_key_shared.py", "tests/integration/test_transactional_input.py",
+         "tests/property/test_fuzz.py", "tests/integration/test_security.py",
+         "tests/simulation/test_key_shared_batches.py", "tests/integration/test_exactly_once.py",
+         "tests/simulation/test_consumers.py", "tests/integration/test_cli_admin.py",
+         "tests/property/test_claim_index_properties.py",
+         "tests/integration/test_consumer_api.py", "tests/simulation/test_handout.py")
 PURE = ("tests/unit/", "tests/property/", "tests/simulation/", "tests/golden/",
         "tests/contract/")
-#: The longest pure parts, the longest first (2026-11-25, from --durations: the golden corpus
-#: about 140 s in the full run, 33 s in ``bin/test --fast``, the key-shared simulations 65 and
-#: 37 s): they go out before the other pure tests, so that the workers end together.
-LONG_PURE = ("tests/golden/test_golden_corpus.py", "tests/simulation/test_key_shared.py",
-             "tests/simulation/test_key_shared_batches.py",
-             "tests/property/test_claim_index_properties.py",
-             "tests/simulation/test_consumers.py", "tests/simulation/test_handout.py")
 
 
 def part_of(nodeid: str) -> str:
@@ -84,14 +93,13 @@ def part_of(nodeid: str) -> str:
 
 
 def rank_of(nodeid: str) -> int:
-    """Where the test's part comes in the order the workers take parts up."""
+    """Where the test's part comes in the order the workers take parts up: :data:`FIRST`,
+    :data:`MIXED`, the other broker parts, then the other pure ones."""
     part = part_of(nodeid)
-    for rank, first in enumerate(FIRST):
+    for rank, first in enumerate(FIRST + MIXED):
         if part == first or (first.endswith("/") and part.startswith(first)):
             return rank
-    if part in LONG_PURE:
-        return len(FIRST) + 1 + LONG_PURE.index(part)
-    return len(FIRST) + (1 + len(LONG_PURE) if part.startswith(PURE) else 0)
+    return len(FIRST + MIXED) + (1 if part.startswith(PURE) else 0)
 
 
 class PartsScheduling(LoadScopeScheduling):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
-from tests.scheduling import KAFKA39_PART, PURE, SPARK_PARTS, part_of, rank_of
+from tests.scheduling import KAFKA39_PART, MIXED, PURE, SPARK_PARTS, part_of, rank_of
 
 TESTS = Path(__file__).resolve().parents[1]
 SPARK_TESTS = TESTS / "spark"
@@ -36,6 +37,16 @@ def test_parts_go_out_longest_first_and_pure_tests_last() -> None:
     assert rank_of(spark) < rank_of(kafka39) < rank_of("tests/spark/test_audit_engines.py::t")
     assert rank_of(spark) < rank_of("tests/chaos/test_campaign.py::t") < rank_of(integration)
     assert all(rank_of(integration) < rank_of(node) for node in pure)
+
+
+def test_the_mixed_parts_alternate_computing_and_waiting() -> None:
+    computing = [part.startswith(PURE) for part in MIXED]
+    assert computing[0] and all(a != b for a, b in itertools.pairwise(computing))
+    for part in MIXED:
+        assert (TESTS.parent / part).exists(), part
+    chaos, golden = "tests/chaos/test_campaign.py::t", "tests/golden/test_golden_corpus.py::t"
+    assert rank_of("tests/spark/test_cluster.py::t") < rank_of(golden) < rank_of(chaos)
+    assert rank_of(chaos) < rank_of("tests/integration/test_edges.py::t")
 
 
 def test_the_tests_on_the_standalone_cluster_go_with_the_cluster_part() -> None:
