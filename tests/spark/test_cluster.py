@@ -27,6 +27,7 @@ from marshal_py.spark.session import (
     local_session,
     require_pyspark,
 )
+from tests.spark.quick_jvm import QUICK_OPTIONS, driver_java_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -242,7 +243,7 @@ def test_picked_ports_taken_meanwhile_are_picked_again(tmp_path: Path) -> None:
 # on it and reports what is left; `kill` waits to be killed with SIGKILL.
 _OWNER_SCRIPT = textwrap.dedent(
     """
-    import json, sys, tempfile, time
+    import json, os, sys, tempfile, time
     from marshal_py.spark.cluster import StandaloneCluster
     from marshal_py.spark.session import local_session
 
@@ -253,8 +254,8 @@ _OWNER_SCRIPT = textwrap.dedent(
             "spark.local.dir": tempfile.gettempdir(),
             "spark.executor.memory": "512m",
             "spark.scheduler.minRegisteredResourcesRatio": "1",
-            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
-            "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+            "spark.driver.extraJavaOptions": os.environ["OWNER_DRIVER_OPTIONS"],
+            "spark.executor.extraJavaOptions": os.environ["OWNER_EXECUTOR_OPTIONS"],
         },
     )
     assert spark.sparkContext.parallelize(range(4), 2).map(lambda x: x * 2).sum() == 12
@@ -306,7 +307,10 @@ def owners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, _Owne
             stderr=subprocess.DEVNULL,
             text=True,
             start_new_session=True,
-            env={**os.environ, "TMPDIR": str(tmp)},
+            # The tests' quick JVM options; the driver maps the class archive.
+            env={**os.environ, "TMPDIR": str(tmp),
+                 "OWNER_DRIVER_OPTIONS": driver_java_options(),
+                 "OWNER_EXECUTOR_OPTIONS": QUICK_OPTIONS},
         )
         started[mode] = _Owner(process, tmp)
     try:
