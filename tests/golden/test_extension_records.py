@@ -39,7 +39,7 @@ def _log(values: list[tuple[int, bytes]]) -> GoldenLog:
 
 def test_unknown_extension_records_are_skipped_as_the_frozen_rules_skip_them() -> None:
     claim = encode(ClaimingPartition(T0 // 1000, "i1", "a", "g1", TOPIC, 0))
-    seen = replay(_log([
+    seen, _ = replay(_log([
         (HOME, claim),
         (HOME, CHUNK),
         (HOME, sign(CHUNK.replace(b"/g1/", f"/{AUTH_GROUP}/".encode()), KEY_A, 1)),
@@ -59,7 +59,7 @@ def test_signed_records_off_the_fast_path_get_the_frozen_verdicts() -> None:
     claim = signed(ClaimingPartition(now, "i1", "a", AUTH_GROUP, TOPIC, 0), 2)
     beat = signed(Heartbeat(now, "i1", "a", AUTH_GROUP, TOPIC, 0, 9), 3)
     other = next(p for p in range(COORD) if p != HOME)
-    seen = replay(_log([
+    seen, _ = replay(_log([
         (HOME, member),
         (HOME, claim),
         (HOME, beat),
