@@ -9,6 +9,7 @@ another in one more such process, started once for the module (``streams``).
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -276,11 +277,21 @@ def test_on_a_standalone_cluster_executor_jvms_read_every_record(
         world.close()
 
 
+def _released(topic: str, *stderrs: str) -> set[int]:
+    """The partitions of ``topic`` a member released because no heartbeat of it was
+    confirmed for one interval (its own warning, marshal_py.client.holdings)."""
+    pattern = re.compile(rf"no heartbeat of {re.escape(topic)}/(\d+) confirmed")
+    return {int(m.group(1)) for text in stderrs for m in pattern.finditer(text)}
+
+
 def test_alo_stream_beside_a_python_consumer_shares_the_group_and_each_record_goes_to_one(
         kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
     """A read_stream and a `marshal consume` process in one ALO group: the partitions are
     split between them, and while they hold their claims every record is delivered, each by
-    the holder of its partition only."""
+    the holder of its partition only. A holder whose heartbeat went unconfirmed for a whole
+    interval (a loaded machine) releases that partition and claims it again: at least once,
+    it then delivers again from its last commit, so records of that partition may come twice
+    from it, and only from it."""
     world = Cluster(kafka_bootstrap, unique_name, tmp_path, partitions=4)
     out = tmp_path / "out"
     out.mkdir()
@@ -311,7 +322,10 @@ def test_alo_stream_beside_a_python_consumer_shares_the_group_and_each_record_go
         assert world.watcher.owners(world.partitions) == owners, "the claims moved"
         by_stream, by_python = both()
         assert set(by_stream) & set(by_python) == set()
-        assert [tp for tp, n in Counter(by_stream + by_python).items() if n > 1] == []
+        released = _released(world.topic, (tmp_path / "stream.err").read_text(),
+                             python.stderr_path.read_text())
+        twice = [tp for tp, n in Counter(by_stream + by_python).items() if n > 1]
+        assert {p for p, _ in twice} <= released, (twice[:5], released)
         assert set(by_stream) | set(by_python) == set(produced)
         holders = {p: o.client_id for p, o in owners.items() if o is not None}
         assert {holders[p] for p, _ in by_stream} == {"crash-stream"}
