@@ -23,6 +23,7 @@ always runs the reference. The cache directory is ``$MARSHAL_CACHE_DIR`` (else
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import sys
@@ -37,7 +38,9 @@ HERE = Path(__file__).resolve().parent
 _CODE = (HERE / "views.py", HERE / "record.py", HERE / "test_golden_corpus.py")
 
 
+@functools.cache
 def _code_digest() -> bytes:
+    """The digest of the code (read once per process)."""
     h = hashlib.blake2b(digest_size=16)
     frozen = sorted((HERE / "frozen").rglob("*.py"))
     for path in [*frozen, *_CODE]:
@@ -97,6 +100,7 @@ def keep(key: str, digest: str) -> None:
     """Record ``digest`` for ``key`` (atomically; a cache that cannot be written is skipped:
     the next replay runs the reference live again)."""
     path = _path(key)
+    tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".digest-")
@@ -104,4 +108,5 @@ def keep(key: str, digest: str) -> None:
             out.write(digest + "\n")
         os.replace(tmp, path)
     except OSError:
-        pass
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)

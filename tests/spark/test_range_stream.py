@@ -323,7 +323,7 @@ def test_alo_stream_beside_a_python_consumer_shares_the_group_and_each_record_go
         by_stream, by_python = both()
         assert set(by_stream) & set(by_python) == set()
         released = _released(world.topic, (tmp_path / "stream.err").read_text(),
-                             python.stderr_path.read_text())
+                             python.stderr_text())
         twice = [tp for tp, n in Counter(by_stream + by_python).items() if n > 1]
         assert {p for p, _ in twice} <= released, (twice[:5], released)
         assert set(by_stream) | set(by_python) == set(produced)
