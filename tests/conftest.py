@@ -10,6 +10,7 @@ order, the longest first, and a worker runs a job when its test asks for it.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,11 +162,17 @@ def background(request: pytest.FixtureRequest) -> BackgroundJobs:
 def kafka_bootstrap() -> Iterator[str]:
     """bootstrap.servers of a real broker: the dev broker, started once per test session.
 
-    ``MARSHAL_TEST_BOOTSTRAP_SERVERS`` points the suite at an already running broker instead.
+    ``MARSHAL_TEST_BOOTSTRAP_SERVERS`` points the suite at an already running broker instead;
+    ``MARSHAL_TEST_BOOTSTRAP_FILE`` at one that is starting, whose first line of output (see
+    :func:`announced_bootstrap`) will be in that file (``bin/test``).
     """
     external = os.environ.get("MARSHAL_TEST_BOOTSTRAP_SERVERS")
+    announced = os.environ.get("MARSHAL_TEST_BOOTSTRAP_FILE")
     if external:
         yield external
+        return
+    if announced:
+        yield announced_bootstrap(Path(announced))
         return
     broker = DevBroker()
     broker.start()
@@ -173,6 +180,25 @@ def kafka_bootstrap() -> Iterator[str]:
         yield broker.bootstrap_servers
     finally:
         broker.stop()
+
+
+#: How long a test waits for the broker ``bin/test`` starts beside the lint and the docs.
+BROKER_START_TIMEOUT_S = 180.0
+
+
+def announced_bootstrap(path: Path, timeout_s: float = BROKER_START_TIMEOUT_S) -> str:
+    """The bootstrap.servers a starting dev broker announces in ``path``: ``bin/test`` writes
+    the broker's first line of output there (``bootstrap.servers=HOST:PORT``), or
+    ``failed: WHY`` when it exits first. Polled: the file appears once, renamed into place."""
+    deadline = time.monotonic() + timeout_s
+    while not path.is_file():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the run's dev broker announced nothing in {timeout_s:.0f} s ({path})")
+        time.sleep(0.05)
+    line = path.read_text().strip()
+    if not line.startswith("bootstrap.servers="):
+        pytest.fail(f"the run's dev broker did not start: {line}")
+    return line.removeprefix("bootstrap.servers=")
 
 
 @pytest.fixture(scope="session")

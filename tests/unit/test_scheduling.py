@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 from tests.scheduling import KAFKA39_PART, MIXED, PURE, SPARK_PARTS, part_of, rank_of
 
 TESTS = Path(__file__).resolve().parents[1]
 SPARK_TESTS = TESTS / "spark"
+#: A test or a module marked serial (pytest.mark.serial on a test, or in a module's pytestmark).
+SERIAL_MARK = re.compile(r"^\s*(@pytest\.mark\.serial|pytestmark\b.*\bserial\b)", re.MULTILINE)
 
 
 def test_every_spark_test_file_belongs_to_one_spark_part() -> None:
@@ -56,3 +59,12 @@ def test_the_tests_on_the_standalone_cluster_go_with_the_cluster_part() -> None:
         assert part_of(test) == "spark-cluster"
     assert part_of("tests/spark/test_audit_engines.py::test_a_large_generated_log_agrees_"
                    "between_engines") == "spark-audit"
+
+
+def test_every_serial_test_is_under_tests_integration() -> None:
+    """bin/test collects the timing-sensitive tests (marked serial) from tests/integration only:
+    a serial test elsewhere would never run."""
+    marked = sorted(str(path.relative_to(TESTS)) for path in TESTS.rglob("test_*.py")
+                    if SERIAL_MARK.search(path.read_text()))
+    assert marked, "no serial test found: the search is wrong"
+    assert [path for path in marked if not path.startswith("integration/")] == []
