@@ -96,10 +96,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if _XDIST_WORKER is not None:
         # Under xdist the workers take parts of the suite up in this order (the longest
         # first); every worker sorts alike.
-        from tests.scheduling import order_parts, part_of
+        from tests.scheduling import rank_of
 
-        places = order_parts([item.nodeid for item in items])
-        items.sort(key=lambda item: places[part_of(item.nodeid)])
+        items.sort(key=lambda item: rank_of(item.nodeid))
     else:
         items.sort(key=rank)
     if FAST:

@@ -94,45 +94,12 @@ def part_of(nodeid: str) -> str:
 
 def rank_of(nodeid: str) -> int:
     """Where the test's part comes in the order the workers take parts up: :data:`FIRST`,
-    :data:`MIXED`, then the others (1: waiting on a broker, 2: pure; :func:`order_parts`
-    interleaves these two)."""
+    :data:`MIXED`, the other broker parts, then the other pure ones."""
     part = part_of(nodeid)
     for rank, first in enumerate(FIRST + MIXED):
         if part == first or (first.endswith("/") and part.startswith(first)):
             return rank
     return len(FIRST + MIXED) + (1 if part.startswith(PURE) else 0)
-
-
-def order_parts(nodeids: list[str]) -> dict[str, int]:
-    """Every part's place in the order the workers take them up: :data:`FIRST`, :data:`MIXED`,
-    then the other parts that wait on a broker, each followed by its share of the other pure
-    parts (in collection order), so that one worker computes while the others wait, to the
-    end. Before, the pure parts all came last: the three workers waited on brokers at once
-    for a minute (the machine 77-90 % busy), then all computed."""
-    tail = len(FIRST + MIXED)
-    places: dict[str, int] = {}
-    waiting: list[str] = []
-    pure: list[str] = []
-    seen: set[str] = set()
-    for nodeid in nodeids:
-        part = part_of(nodeid)
-        if part in seen:
-            continue
-        seen.add(part)
-        rank = rank_of(nodeid)
-        if rank < tail:
-            places[part] = rank
-        else:
-            (pure if rank > tail else waiting).append(part)
-    # Pure parts after each waiting one: as many as spread them evenly (rounded up).
-    per_waiting = -(-len(pure) // max(1, len(waiting)))
-    order: list[str] = []
-    for i, part in enumerate(waiting):
-        order.append(part)
-        order.extend(pure[i * per_waiting:(i + 1) * per_waiting])
-    order.extend(pure[len(waiting) * per_waiting:])
-    places.update({part: tail + i for i, part in enumerate(order)})
-    return places
 
 
 class PartsScheduling(LoadScopeScheduling):

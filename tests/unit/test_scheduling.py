@@ -6,15 +6,7 @@ import itertools
 import re
 from pathlib import Path
 
-from tests.scheduling import (
-    KAFKA39_PART,
-    MIXED,
-    PURE,
-    SPARK_PARTS,
-    order_parts,
-    part_of,
-    rank_of,
-)
+from tests.scheduling import KAFKA39_PART, MIXED, PURE, SPARK_PARTS, part_of, rank_of
 
 TESTS = Path(__file__).resolve().parents[1]
 SPARK_TESTS = TESTS / "spark"
@@ -59,27 +51,6 @@ def test_the_mixed_parts_alternate_computing_and_waiting() -> None:
     assert rank_of("tests/spark/test_cluster.py::t") < rank_of(golden) < rank_of(chaos)
     assert rank_of(chaos) < rank_of("tests/integration/test_edges.py::t")
 
-
-
-def test_after_the_mixed_parts_each_waiting_part_is_followed_by_its_share_of_pure_ones() -> None:
-    nodeids = [
-        "tests/integration/test_cli.py::a", "tests/integration/test_cli.py::b",
-        "tests/integration/test_edges.py::c", "tests/property/test_p.py::d",
-        "tests/simulation/test_s.py::e", "tests/simulation/test_s.py::f",
-        "tests/unit/test_u.py::g", "tests/unit/test_v.py::h", "tests/chaos/test_campaign.py::i",
-        "tests/spark/test_fetch.py::j", "tests/golden/test_golden_corpus.py::k",
-    ]
-    places = order_parts(nodeids)
-    in_order = sorted(places, key=places.__getitem__)
-    assert in_order == [
-        "spark-streams", "tests/golden/test_golden_corpus.py", "tests/chaos/test_campaign.py",
-        "tests/integration/test_cli.py", "tests/property/test_p.py", "tests/simulation/test_s.py",
-        "tests/integration/test_edges.py", "tests/unit/test_u.py", "tests/unit/test_v.py",
-    ]
-    # Sorting a collection by its part's place keeps every part in one run of tests.
-    ordered = sorted(nodeids, key=lambda nodeid: places[part_of(nodeid)])
-    runs = [part for part, _ in itertools.groupby(part_of(nodeid) for nodeid in ordered)]
-    assert runs == in_order
 
 def test_the_tests_on_the_standalone_cluster_go_with_the_cluster_part() -> None:
     for test in ("tests/spark/test_audit_engines.py::test_engines_agree_on_a_standalone_cluster",
