@@ -201,26 +201,6 @@ def announced_bootstrap(path: Path, timeout_s: float = BROKER_START_TIMEOUT_S) -
     return line.removeprefix("bootstrap.servers=")
 
 
-@pytest.fixture(scope="session")
-def kafka39_bootstrap() -> Iterator[str]:
-    """bootstrap.servers of a Kafka 3.9 dev broker, started once per test session by the first
-    test that asks for it: the core real-broker tests run on it too (see
-    ``tests.integration.consumer_support.ON_EVERY_BROKER``), as most clusters still run 3.x.
-
-    ``MARSHAL_TEST_KAFKA39_BOOTSTRAP_SERVERS`` points them at an already running broker instead.
-    """
-    external = os.environ.get("MARSHAL_TEST_KAFKA39_BOOTSTRAP_SERVERS")
-    if external:
-        yield external
-        return
-    broker = DevBroker(kafka_version="3.9", heap="512m")
-    broker.start()
-    try:
-        yield broker.bootstrap_servers
-    finally:
-        broker.stop()
-
-
 @pytest.fixture
 def unique_name() -> str:
     """A topic or group name no other test uses."""

@@ -4,10 +4,10 @@
     A ``local[2]`` SparkSession from :func:`marshal_py.spark.session.local_session` (driver on
     127.0.0.1, no UI, 4 shuffle partitions, Arrow on, quiet logs, Python workers on this
     interpreter). Started on first use, shared by every test, stopped when the cluster session
-    starts or at the end of the run.
+    starts or when the process leaves tests/spark.
 ``spark_cluster``
     A :class:`marshal_py.spark.cluster.StandaloneCluster`: a master and 2 workers (1 core, 1g
-    each) on 127.0.0.1, started on first use and stopped at the end of the run.
+    each) on 127.0.0.1, started on first use and stopped when the process leaves tests/spark.
 ``cluster_session``
     A SparkSession on ``spark_cluster``: 2 executors (1 core, 512m each), one per worker, each
     a JVM of its own with its own Python workers; the fixture returns once both executors are
@@ -31,7 +31,10 @@ cores: the cluster session holds them all while it lives); each group keeps its 
 Consequently:
 
 * a test may use ``spark`` or ``cluster_session``, not both (it fails at setup);
-* fixtures of any scope may depend on ``spark``; a fixture that depends on ``cluster_session``
+* the sessions and the cluster are package fixtures: under ``bin/test`` each worker runs its
+  Spark parts one after another (``tests/scheduling.py``) and stops them when it moves on to
+  other tests, instead of leaving JVMs idle to the end of the run;
+* fixtures of module or function scope may depend on ``spark``; a fixture that depends on ``cluster_session``
   must not be used by local tests;
 * do not stop either session in a test (every later test using it would fail); settings
   changed with ``spark.conf.set`` are visible to later tests, so ``unset`` them (or use
@@ -193,7 +196,7 @@ def _class_archive() -> None:
     ensure_archive()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def _spark_sessions(_class_archive: None) -> Iterator[SparkSessions]:
     sessions = SparkSessions()
     try:
@@ -202,13 +205,13 @@ def _spark_sessions(_class_archive: None) -> Iterator[SparkSessions]:
         sessions.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark(_spark_sessions: SparkSessions) -> SparkSession:
     """A ``local[2]`` SparkSession shared by the whole run (see the module documentation)."""
     return _spark_sessions.local()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark_cluster(_spark_sessions: SparkSessions) -> Iterator[StandaloneCluster]:
     """A standalone cluster: master and 2 workers x 1 core, 1g, on 127.0.0.1."""
     cluster = StandaloneCluster(workers=CLUSTER_WORKERS, cores=1, memory="1g")
@@ -221,7 +224,7 @@ def spark_cluster(_spark_sessions: SparkSessions) -> Iterator[StandaloneCluster]
         cluster.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster_session(
     _spark_sessions: SparkSessions, spark_cluster: StandaloneCluster
 ) -> SparkSession:
