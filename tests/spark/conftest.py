@@ -34,8 +34,8 @@ Consequently:
 * the sessions and the cluster are package fixtures: under ``bin/test`` each worker runs its
   Spark parts one after another (``tests/scheduling.py``) and stops them when it moves on to
   other tests, instead of leaving JVMs idle to the end of the run;
-* fixtures of module or function scope may depend on ``spark``; a fixture that depends on ``cluster_session``
-  must not be used by local tests;
+* fixtures of module or function scope may depend on ``spark``; a fixture that depends on
+  ``cluster_session`` must not be used by local tests;
 * do not stop either session in a test (every later test using it would fail); settings
   changed with ``spark.conf.set`` are visible to later tests, so ``unset`` them (or use
   ``local_session`` in a subprocess for a differently configured session);
