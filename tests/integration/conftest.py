@@ -16,7 +16,8 @@ def kafka39_bootstrap() -> Iterator[str]:
     and stopped when the process leaves tests/integration: the core real-broker tests run on
     it too (see ``tests.integration.consumer_support.ON_EVERY_BROKER``), as most clusters
     still run 3.x. Under ``bin/test`` its files are one part (``tests/scheduling.py``), so it
-    starts once in the run and stops when that part ends, instead of idling to the end.
+    starts once in the run, and stops when that part's worker moves on to tests elsewhere
+    (right after the part, in that order) instead of idling to the end.
 
     ``MARSHAL_TEST_KAFKA39_BOOTSTRAP_SERVERS`` points them at an already running broker instead.
     """
