@@ -23,6 +23,7 @@ from marshal_py.client.fetchers import OpeningFetcher
 from marshal_py.client.member_consumer import MemberConsumer
 from marshal_py.client.share_engine import ShareEngine, ShareStats
 from marshal_py.client.share_handout import ShareRecord, share_batch
+from marshal_py.client.share_window import STARVED_WAIT_S, AcquisitionWindow
 from marshal_py.errors import BrokerUnavailableError, ConfigurationError, MarshalError
 from marshal_py.log.kafka import KafkaLogConfig
 from marshal_py.protocol.messages import APPLICATION_ACK_KINDS
@@ -35,16 +36,9 @@ __all__ = ["AckMode", "ShareConsumer", "ShareRecord"]
 log = logging.getLogger(__name__)
 
 AckMode = Literal["implicit", "explicit"]
-#: How much consumption one acquisition covers (at the measured rate), and how often the rate
-#: is sampled.
-ACQUIRE_AHEAD_S = 0.2
-RATE_SAMPLE_S = 0.1
 #: A fetch position more than this many offsets before the next acquired one seeks forward
 #: (other members hold what lies between) instead of reading through it.
 SEEK_AHEAD = 100
-#: How long the coordination thread waits on the log for records that free the in-flight
-#: window when its member ran dry and could acquire nothing.
-STARVED_WAIT_S = 0.05
 TP = tuple[str, int]
 
 
@@ -90,9 +84,8 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         #: How many of each partition's ``_to_fetch`` the poll under way is fetching: the
         #: window acquired ahead is counted without them.
         self._in_poll: dict[TP, int] = {}
-        #: The measured hand-out rate (records/s, smoothed) and where it was last sampled.
-        self._rate: float | None = None
-        self._rate_mark = (time.monotonic(), 0)
+        #: The measured rate and pace: how much to acquire, how many share a partition.
+        self._sizing = AcquisitionWindow(time.monotonic())
         #: Fetched records with the monotonic time their lock surely holds until (a copy of
         #: the lock's expiry when fetched: renewals only extend it).
         #: (The engine's ``drops`` count is kept with it: a copy is no proof of holding once
@@ -115,8 +108,8 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         self._starved = False
         self._tick_s = tick_interval_s
         self._next_tick = 0.0
-        #: Live members of the group when the window was last sized.
-        self._members = 1
+        #: Members sharing a partition when the window was last sized.
+        self._sharing = 1
         self._start_coordination("marshal-share", tick_interval_s)
 
     # -- background: membership, renewals, acknowledgements, pre-claiming -----------------------
@@ -204,30 +197,31 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
                 waiting = self._to_fetch.setdefault((topic, partition), {})
                 if len(waiting) - self._in_poll.get((topic, partition), 0) < window:
                     for offset, delivery_count in self._engine.acquire(
-                            topic, partition, window, duties=True):
+                            topic, partition, window, duties=True, sharing=self._sharing):
                         waiting[offset] = delivery_count
+        self._sizing.acquired(any(self._to_fetch.values()))
         self._acquired.notify_all()  # a fetching thread run dry waits for this
 
     def _window(self) -> int:
-        """Records to acquire at a time: about ``ACQUIRE_AHEAD_S`` of this member's measured
-        rate of hand-outs, at least ``batch_size``, at most its share of half the in-flight
-        window (so members acquire disjoint ranges instead of racing for the same ones)."""
-        now = time.monotonic()
-        elapsed = now - self._rate_mark[0]
-        if elapsed >= RATE_SAMPLE_S:
-            rate = (self.records_delivered - self._rate_mark[1]) / elapsed
-            self._rate = rate if self._rate is None else 0.5 * self._rate + 0.5 * rate
-            self._rate_mark = (now, self.records_delivered)
+        """Records to acquire at a time (:mod:`marshal_py.client.share_window`); also sets
+        how many members share a partition. Lock held."""
+        self._sizing.sample(time.monotonic(), self.records_delivered)
         config = self._engine.config
-        members = self._members = max(1, len(self._engine.rationalizer.members(
+        members = max(1, len(self._engine.rationalizer.members(
             config.group_id, self.topics[0], self._engine.clock.now_ms())))
-        ceiling = max(config.batch_size, config.inflight_limit // (2 * members))
-        wanted = int((self._rate or 0.0) * ACQUIRE_AHEAD_S)
-        return max(config.batch_size, min(ceiling, wanted))
+        self._sharing = self._sizing.sharing(members)
+        return self._sizing.size(config.batch_size, config.inflight_limit, members)
 
     # -- fetching --------------------------------------------------------------------------------
 
     def _fetch(self, timeout_s: float) -> None:
+        self._sizing.fetch_began(time.monotonic())
+        try:
+            self._fetch_and_buffer(timeout_s)
+        finally:
+            self._sizing.fetch_ended(time.monotonic())
+
+    def _fetch_and_buffer(self, timeout_s: float) -> None:
         self._settle_previous_batch()
         with self._lock:
             if not any(self._to_fetch.values()) and self._acquiring:
@@ -252,7 +246,7 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
             left = sum(len(offsets) for offsets in self._to_fetch.values()) - span
             ahead = bool(wanted) and left * 2 < self._window()
         if not wanted:
-            self._await_records(min(timeout_s, 0.05))
+            self._await_records(min(timeout_s, self._sizing.starved_pause(self._tick_s)))
             return
         if ahead and self._thread is not None:
             self._acquire_ahead = True
@@ -268,9 +262,10 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
                 position = first
             starts[tp] = position
         # Fetch only as far as the acquired offsets reach: the rest belongs to others (sized
-        # in bytes too, or each region costs the broker a full-size fetch). Alone, a member's
-        # next run follows this one, and a full-size fetch reads ahead usefully.
-        self._fetcher.expect_records(max(runs.values()) if self._members > 1 else None)
+        # in bytes too, or each region costs the broker a full-size fetch). Reading a
+        # partition alone, a member's next run follows this one: a full-size fetch reads
+        # ahead usefully.
+        self._fetcher.expect_records(max(runs.values()) if self._sharing > 1 else None)
         try:
             polled = self._poll_data(timeout_s, max(1, min(1_000, span)))
         finally:

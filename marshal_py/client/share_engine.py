@@ -198,13 +198,16 @@ class ShareEngine(GroupMember[ShareConfig]):
     # -- acquiring -----------------------------------------------------------------------------
 
     def acquire(self, topic: str, partition: int, max_records: int | None = None,
-                until: int | None = None, *, duties: bool = False) -> list[tuple[int, int]]:
+                until: int | None = None, *, duties: bool = False,
+                sharing: int | None = None) -> list[tuple[int, int]]:
         """Acquire up to ``max_records`` records of a partition; return (offset, delivery
         count) of those granted, in offset order. With ``duties``, records owed a dead
         letter come first (granted as duties: see :attr:`duties`), then Available records
         up to the partition's end (or ``until``, exclusive) in this member's regions of the
         in-flight window, then, if that is short, those of other members' regions left
-        Available for two ticks (:mod:`marshal_py.client.share_regions`)."""
+        Available for two ticks (:mod:`marshal_py.client.share_regions`). ``sharing``: how
+        many live members share the partition's regions (all of them by default; one when
+        the application is fast: :mod:`marshal_py.client.share_window`)."""
         share = self.rationalizer.share_partition(self.config.group_id, topic, partition)
         if share is None or self._closed or self.suspended or \
                 topic in self.topic_watch.missing:
@@ -236,11 +239,12 @@ class ShareEngine(GroupMember[ShareConfig]):
             if self.me not in members:
                 members = sorted([*members, self.me],
                                  key=lambda o: (o.client_id, o.instance_id))
-            picker = self._pickers.setdefault((topic, partition), RegionPicker())
+            picker = self._pickers.setdefault((topic, partition), RegionPicker(partition))
+            shared_by = len(members) if sharing is None else max(1, min(sharing, len(members)))
             candidates += picker.pick(
                 runs, wanted - len(candidates), members.index(self.me), len(members),
-                region_size(share.inflight_limit, len(members)), mine, now,
-                self._steal_after_ms)
+                region_size(share.inflight_limit, shared_by), mine, now,
+                self._steal_after_ms, sharing=shared_by)
         if not candidates:
             return []
         ranges = ranges_of(candidates)

@@ -146,3 +146,79 @@ def test_acks_handed_over_as_a_run_ride_with_the_next_acquisition() -> None:
     assert share is not None
     runs = share.runs_between(min(granted), max(granted), clock.now_ms)
     assert {view.state for _, _, view in runs} == {RecordState.ACKNOWLEDGED}
+
+
+PARTITIONS = 4
+
+
+def setup_partitions(seed: int, members: int) -> tuple[
+        random.Random, VirtualClock, MemoryLog, list[ShareEngine], Rationalizer]:
+    """``members`` members of one group on a topic of PARTITIONS partitions of RECORDS / 4
+    records each, everyone seeing everyone."""
+    rng = random.Random(seed)
+    clock = VirtualClock()
+    log = MemoryLog(partitions=2, clock=clock)
+    topic = MemoryTopic("jobs", PARTITIONS)
+    for i in range(RECORDS):
+        topic.produce(i % PARTITIONS, f"job-{i}".encode())
+    engines = [new_member(f"m{i}", log, topic, clock, rng) for i in range(members)]
+    for engine in engines:
+        engine.tick()
+    return rng, clock, log, engines, Rationalizer(RationalizerConfig(2, HI))
+
+
+def spso(auditor: Rationalizer, partition: int) -> int:
+    share = auditor.share_partition("jobs", "jobs", partition)
+    return 0 if share is None else share.spso
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_with_one_member_per_partition_each_partition_is_read_by_a_member_of_its_own(
+        seed: int) -> None:
+    """A fast application's members (``sharing=1``): every partition's records go to one
+    member, a different one for each partition, each once, and nobody asks in vain."""
+    rng, clock, log, members, auditor = setup_partitions(seed, PARTITIONS)
+    readers: dict[int, Counter[str]] = {p: Counter() for p in range(PARTITIONS)}
+    per_partition = RECORDS // PARTITIONS
+    for _step in range(2_000):
+        clock.advance(rng.randint(5, 50))
+        for engine in rng.sample(members, len(members)):
+            engine.tick()
+            for partition in range(PARTITIONS):
+                held = list(engine.held.get(("jobs", partition), {}))
+                engine.ack_many("jobs", partition, held, "accept")
+                for offset, count in engine.acquire("jobs", partition, 200, sharing=1):
+                    assert count == 1, (partition, offset, count)
+                    readers[partition][engine.config.client_id] += 1
+            engine.flush()
+        catch_up(log, auditor, [0, 1])
+        if all(spso(auditor, p) >= per_partition for p in range(PARTITIONS)):
+            break
+    assert [spso(auditor, p) for p in range(PARTITIONS)] == [per_partition] * PARTITIONS
+    assert all(sum(readers[p].values()) == per_partition for p in range(PARTITIONS))
+    alone = [next(iter(readers[p])) for p in range(PARTITIONS) if len(readers[p]) == 1]
+    assert len(alone) == PARTITIONS, readers
+    assert sorted(alone) == sorted(e.config.client_id for e in members)
+    assert sum(engine.stats.records_void for engine in members) == 0
+
+
+def test_with_one_member_per_partition_the_others_relieve_one_that_stops_asking() -> None:
+    """The member that prefers partition 0 stays alive but takes nothing: once its regions
+    have stayed Available for two ticks, the others read them, and the SPSO reaches the end."""
+    rng, clock, log, members, auditor = setup_partitions(5, 2)
+    idle, busy = members[0], members[1]  # m0 has rank 0: it prefers partition 0
+    taken = 0
+    per_partition = RECORDS // PARTITIONS
+    for _step in range(3_000):
+        clock.advance(rng.randint(20, 80))
+        idle.tick()
+        busy.tick()
+        held = list(busy.held.get(("jobs", 0), {}))
+        busy.ack_many("jobs", 0, held, "accept")
+        taken += len(busy.acquire("jobs", 0, 200, sharing=1))
+        busy.flush()
+        catch_up(log, auditor, [0, 1])
+        if spso(auditor, 0) >= per_partition:
+            break
+    assert spso(auditor, 0) == per_partition, "stuck behind the idle member"
+    assert taken == per_partition

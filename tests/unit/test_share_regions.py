@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from marshal_py.client.share_regions import RegionPicker, region_size
+from marshal_py.client.share_regions import RegionPicker, preferred_rank, region_size
 from marshal_py.world.share import RecordState, SharePartition
 from marshal_py.world.state import Owner
 
@@ -63,3 +63,27 @@ def test_acquired_and_done_records_are_never_asked_for() -> None:
     share.acknowledge(A, [(0, 1)], "accept", now_ms=1)
     runs = share.runs_between(share.spso, 19, now_ms=2)
     assert RegionPicker().pick(runs, 20, 0, 1, 10, set(), 2, 400) == list(range(5, 20))
+
+
+def test_members_sharing_a_partition_take_its_regions_in_turn_from_a_rank_per_partition(
+) -> None:
+    # Every member shares: partition 0 starts at rank 0, partition 1 at rank 1.
+    assert [preferred_rank(k, 0, 3, 3) for k in range(6)] == [0, 1, 2, 0, 1, 2]
+    assert [preferred_rank(k, 1, 3, 3) for k in range(6)] == [1, 2, 0, 1, 2, 0]
+    # One member per partition: a different one for each partition.
+    assert [preferred_rank(k, 0, 1, 3) for k in range(4)] == [0, 0, 0, 0]
+    assert [preferred_rank(0, p, 1, 3) for p in range(4)] == [0, 1, 2, 0]
+    # Sharing is never more than the live members.
+    assert preferred_rank(5, 0, 8, 2) == 1
+
+
+def test_a_member_that_reads_a_partition_alone_prefers_all_of_its_regions() -> None:
+    share = SharePartition(0, 5, 40)
+    runs = share.runs_between(0, 39)
+    # Two members, one per partition, regions of 20: partition 1 is rank 1's.
+    alone = RegionPicker(partition=1)
+    assert alone.pick(runs, 40, 1, 2, 20, set(), 0, 400, sharing=1) == list(range(40))
+    other = RegionPicker(partition=1)
+    assert other.pick(runs, 40, 0, 2, 20, set(), 0, 400, sharing=1) == []
+    # ... until those regions have stayed Available for the steal delay.
+    assert other.pick(runs, 5, 0, 2, 20, set(), 400, 400, sharing=1) == [0, 1, 2, 3, 4]

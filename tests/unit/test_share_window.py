@@ -1,0 +1,87 @@
+"""How a share consumer sizes its acquisitions and chooses how many members share a
+partition, from its application's measured pace (pure: time is an input)."""
+
+from __future__ import annotations
+
+import pytest
+
+from marshal_py.client.share_window import (
+    ONE_MEMBER_PACE,
+    RATE_SAMPLE_S,
+    STARVED_WAIT_S,
+    AcquisitionWindow,
+)
+
+
+def test_until_its_pace_is_known_every_live_member_shares_a_partition() -> None:
+    window = AcquisitionWindow(now_s=0.0)
+    assert window.pace is None
+    assert window.sharing(8) == 8
+    assert window.sharing(0) == 1
+    # No rate yet: the batch size.
+    assert window.size(batch_size=100, inflight_limit=2_000, members=8) == 100
+
+
+def test_a_fast_application_reads_a_partition_alone_and_acquires_up_to_half_the_limit(
+) -> None:
+    window = AcquisitionWindow(now_s=0.0)
+    window.sample(now_s=RATE_SAMPLE_S, delivered=10_000)  # 100,000 records/s, no fetching
+    assert window.pace is not None and window.pace >= ONE_MEMBER_PACE
+    assert window.sharing(8) == 1
+    # 0.2 s of 100,000 records/s, capped at one region: half the in-flight limit.
+    assert window.size(batch_size=100, inflight_limit=2_000, members=8) == 1_000
+
+
+def test_a_slow_application_shares_every_partition_with_every_member() -> None:
+    window = AcquisitionWindow(now_s=0.0)
+    window.sample(now_s=1.0, delivered=500)  # 2 ms a record
+    assert window.pace == pytest.approx(500.0)
+    assert window.sharing(8) == 8
+    # 0.2 s of 500 records/s; the ceiling is one member's share: 2,000 / (2 x 8).
+    assert window.size(batch_size=10, inflight_limit=2_000, members=8) == 100
+    assert window.size(batch_size=10, inflight_limit=800, members=8) == 50
+
+
+def test_the_pace_leaves_out_the_time_spent_fetching() -> None:
+    """A member that waits for records most of the time (the window held by others) hands
+    out few per second of wall time, but its application is fast: the pace says so."""
+    window = AcquisitionWindow(now_s=0.0)
+    window.fetch_began(0.0)
+    window.fetch_ended(0.9)
+    window.sample(now_s=1.0, delivered=1_000)  # 1,000 in 0.1 s of the application's time
+    assert window.rate == 1_000.0
+    assert window.pace == pytest.approx(10_000.0)
+    assert window.sharing(4) == 1
+
+
+def test_a_fetch_under_way_counts_as_fetching() -> None:
+    window = AcquisitionWindow(now_s=0.0)
+    window.fetch_began(0.5)
+    window.sample(now_s=1.0, delivered=1_000)  # half of it fetching, not yet ended
+    assert window.pace == pytest.approx(2_000.0)
+    window.fetch_ended(1.5)
+    window.sample(now_s=2.0, delivered=2_000)  # 0.5 s fetched since the sample: 0.5 s own
+    assert window.pace == pytest.approx(2_000.0)
+
+
+def test_a_sample_needs_time_and_enough_hand_outs() -> None:
+    window = AcquisitionWindow(now_s=0.0)
+    window.sample(now_s=RATE_SAMPLE_S / 2, delivered=1_000)
+    assert window.rate is None and window.pace is None
+    window.sample(now_s=1.0, delivered=10)  # too few records to judge the handler
+    assert window.rate == 10.0 and window.pace is None
+    window.sample(now_s=2.0, delivered=1_010)  # the pace sample spans both: 1,000 in 2 s
+    assert window.pace == pytest.approx(505.0)
+
+
+def test_a_member_run_dry_looks_at_the_log_less_and_less_often_up_to_a_tick() -> None:
+    window = AcquisitionWindow(now_s=0.0)
+    assert window.starved_pause(tick_s=0.2) == STARVED_WAIT_S
+    window.acquired(False)
+    assert window.starved_pause(tick_s=0.2) == 2 * STARVED_WAIT_S
+    for _ in range(20):
+        window.acquired(False)
+    assert window.starved_pause(tick_s=0.2) == 0.2
+    assert window.starved_pause(tick_s=100.0) == STARVED_WAIT_S * 256
+    window.acquired(True)
+    assert window.starved_pause(tick_s=0.2) == STARVED_WAIT_S
