@@ -76,17 +76,21 @@ class AcquisitionWindow:
         return self._fetch_s + (now_s - since if since is not None else 0.0)
 
     def sample(self, now_s: float, delivered: int) -> None:
-        """Take a sample of the rate and the pace if one is due (``delivered``: records
-        handed out so far)."""
+        """Take a sample of the rate (every :data:`RATE_SAMPLE_S`) and of the pace (every
+        :data:`PACE_SAMPLE_RECORDS` hand-outs) when due (``delivered``: records handed out
+        so far). The pace counts from the first hand-out: the time before it (joining, the
+        first acquisition) is nobody's handling."""
         mark_s, mark_n = self._rate_mark
         elapsed = now_s - mark_s
-        if elapsed < RATE_SAMPLE_S:
-            return
-        rate = (delivered - mark_n) / elapsed
-        self.rate = rate if self.rate is None else 0.5 * self.rate + 0.5 * rate
-        self._rate_mark = (now_s, delivered)
-        pace_s, pace_n, pace_fetch = self._pace_mark
+        if elapsed >= RATE_SAMPLE_S:
+            rate = (delivered - mark_n) / elapsed
+            self.rate = rate if self.rate is None else 0.5 * self.rate + 0.5 * rate
+            self._rate_mark = (now_s, delivered)
         fetch_s = self._fetch_time(now_s)
+        if delivered == 0:
+            self._pace_mark = (now_s, 0, fetch_s)
+            return
+        pace_s, pace_n, pace_fetch = self._pace_mark
         handed = delivered - pace_n
         own_s = (now_s - pace_s) - (fetch_s - pace_fetch)
         if handed >= PACE_SAMPLE_RECORDS and own_s > 0:

@@ -64,14 +64,18 @@ def test_a_fetch_under_way_counts_as_fetching() -> None:
     assert window.pace == pytest.approx(2_000.0)
 
 
-def test_a_sample_needs_time_and_enough_hand_outs() -> None:
+def test_the_rate_is_sampled_in_time_and_the_pace_in_hand_outs_from_the_first() -> None:
     window = AcquisitionWindow(now_s=0.0)
-    window.sample(now_s=RATE_SAMPLE_S / 2, delivered=1_000)
-    assert window.rate is None and window.pace is None
-    window.sample(now_s=1.0, delivered=10)  # too few records to judge the handler
-    assert window.rate == 10.0 and window.pace is None
-    window.sample(now_s=2.0, delivered=1_010)  # the pace sample spans both: 1,000 in 2 s
-    assert window.pace == pytest.approx(505.0)
+    window.sample(now_s=0.3, delivered=0)  # joining: nobody's handling time
+    assert window.rate == 0.0 and window.pace is None
+    window.sample(now_s=0.305, delivered=10)  # too few hand-outs to judge the handler
+    assert window.pace is None
+    window.sample(now_s=0.31, delivered=100)  # 100 in the 10 ms since the first look
+    assert window.pace == pytest.approx(10_000.0)
+    assert window.sharing(8) == 1
+    assert window.rate == 0.0  # next rate sample RATE_SAMPLE_S after the last
+    window.sample(now_s=0.3 + RATE_SAMPLE_S, delivered=150)
+    assert window.rate == pytest.approx(0.5 * 150 / RATE_SAMPLE_S)
 
 
 def test_a_member_run_dry_looks_at_the_log_less_and_less_often_up_to_a_tick() -> None:
