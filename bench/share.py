@@ -35,12 +35,12 @@ broker, this process and anything else running included).
 ``--cli`` adds, for the 0 ms configurations, runs whose members are ``marshal consume --mode
 share --batch-size 100 --print`` processes (explicit accept of every printed record), started
 fresh for each run: their Python start-up is inside the measured time, so compare them by
-the rate after the first acquisition. ``--heartbeat-interval`` (default 1 s) matters: the
-share consumer acquires at most one batch per partition per tick of min(1 s, HI / 5,
-lock / 10), which caps a member at about ``batch_size / tick`` records/s.
+the rate after the first acquisition. ``--heartbeat-interval`` (default 1 s) sets the share
+consumer's tick, min(1 s, HI / 5, lock / 10): how often a member heartbeats and renews, and
+(two ticks) how long another member's region stays Available before it is taken.
 
-On 2 cores 8 members (plus the broker and this process) are CPU-bound: the figures there
-measure the machine as much as the protocol.
+On 2 cores 8 member processes (plus the broker and this process) share the machine: the
+figures there measure the machine as much as the protocol.
 
 ``MARSHAL_BENCH_SHARE_PROFILE=<dir>`` profiles every member (cProfile of each of its threads,
 by thread CPU time, from the member's start to stop): one ``member-<pid>-<thread>-<id>.prof``

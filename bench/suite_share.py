@@ -45,8 +45,9 @@ Some rows only: ``MARSHAL_BENCH_SHARE_MEMBERS=1,8`` (member counts, also the per
 and ``MARSHAL_BENCH_SHARE_WORK=0`` (work settings, ms), e.g. ``MARSHAL_BENCH_SHARE_MEMBERS=1,8
 MARSHAL_BENCH_SHARE_WORK=0 python -m bench share``.
 
-On 2 cores 8 members plus the broker (and this process) are CPU-bound: those figures measure
-the machine as much as the protocols.
+On 2 cores, 8 processes of a group plus the broker (and this process) share the machine: the
+8-member figures measure the machine as much as the protocols (at zero work ours read with one
+member and seven standing by; with work, every member shares).
 
 Time (2 cores, estimated from single full-size native and perf-test runs and the earlier
 ``bench.share`` figures): one repetition is about 4 minutes (ours at 0 ms ~1.2 min and at 2 ms
@@ -259,8 +260,8 @@ def _report(ctx: BenchContext, sizes: Sizes, ours: dict[tuple[float, int], Cell]
                          "its own figure, subscribe to the N-th record *received* (a ceiling, "
                          "not the same measurement), and after its first record.")
         if max(counts) >= 8:
-            notes.append("On 2 cores, 8 members plus the broker are CPU-bound: those rows "
-                         "measure the machine as much as the protocols.")
+            notes.append("On 2 cores, 8 member processes and the broker share the machine: "
+                         "those rows measure the machine as much as the protocols.")
         tables.append(Table(
             f"Share mode, one partition, {work:g} ms per record: records/s, ours vs Kafka "
             "share groups",
