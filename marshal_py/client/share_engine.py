@@ -237,8 +237,7 @@ class ShareEngine(GroupMember[ShareConfig]):
         if len(candidates) < wanted:
             members = self.rationalizer.members(self.config.group_id, topic, now)
             if self.me not in members:
-                members = sorted([*members, self.me],
-                                 key=lambda o: (o.client_id, o.instance_id))
+                members = sorted([*members, self.me])  # the order live members come in
             picker = self._pickers.setdefault((topic, partition), RegionPicker(partition))
             shared_by = len(members) if sharing is None else max(1, min(sharing, len(members)))
             candidates += picker.pick(

@@ -14,12 +14,12 @@ When the handler takes records faster than :data:`ONE_MEMBER_PACE` (under 0.2 ms
 partition is better read by one member than shared: sharing it costs every member
 coordination per record (the hand-over of each region, reading the others' acquisitions)
 that exceeds what the handler itself spends, so eight members sharing one partition at zero
-work read a sixth of what one reads (BENCHMARKS.md, section 3). Such a member then counts one
-member per partition (``sharing`` 1: the regions of a partition are all preferred by one
-member, a different one per partition) and acquires up to half the in-flight limit at a
-time. A slower handler shares every partition with every live member, as before. The choice
-is a preference only (PROTOCOL.md 8.3): members that choose differently for a moment race
-for some records, and the log decides.
+work read a sixth of what one reads (BENCHMARKS.md, section 3). Such a member then (until
+its pace falls under half of that) counts one member per partition (``sharing`` 1: the
+regions of a partition are all preferred by one member, a different one per partition) and
+acquires up to half the in-flight limit at a time. A slower handler shares every partition
+with every live member, as before. The choice is a preference only (PROTOCOL.md 8.3):
+members that choose differently for a moment race for some records, and the log decides.
 
 A member that ran dry and acquired nothing several times in a row (the window held by
 others, as when another member reads the partition alone) looks at the log less often: it
@@ -35,7 +35,8 @@ ACQUIRE_AHEAD_S = 0.2
 RATE_SAMPLE_S = 0.1
 #: Hand-outs a pace sample needs (fewer say little about the handler).
 PACE_SAMPLE_RECORDS = 50
-#: Records/s of the application's own time at or above which one member reads a partition.
+#: Records/s of the application's own time at or above which one member reads a partition;
+#: a member that chose so shares again only below half of it (no flapping near the line).
 ONE_MEMBER_PACE = 5_000.0
 #: How long the coordination thread first waits on the log for records that free the
 #: in-flight window when its member ran dry and could acquire nothing.
@@ -59,6 +60,8 @@ class AcquisitionWindow:
         self._fetching_since: float | None = None
         #: Acquisitions in a row that found nothing while nothing was waiting to be fetched.
         self.empty_streak = 0
+        #: Whether the pace last crossed ONE_MEMBER_PACE upwards (one member per partition).
+        self._alone = False
 
     # -- measuring ------------------------------------------------------------------------------
 
@@ -97,15 +100,17 @@ class AcquisitionWindow:
             pace = handed / own_s
             self.pace = pace if self.pace is None else 0.5 * self.pace + 0.5 * pace
             self._pace_mark = (now_s, delivered, fetch_s)
+            if self.pace >= ONE_MEMBER_PACE:
+                self._alone = True
+            elif self.pace < ONE_MEMBER_PACE / 2:
+                self._alone = False
 
     # -- what follows -----------------------------------------------------------------------------
 
     def sharing(self, members: int) -> int:
         """How many members share each partition: one when the application is fast, every
         live member otherwise (and until its pace is known)."""
-        if self.pace is not None and self.pace >= ONE_MEMBER_PACE:
-            return 1
-        return max(1, members)
+        return 1 if self._alone else max(1, members)
 
     def size(self, batch_size: int, inflight_limit: int, members: int) -> int:
         """Records to acquire at a time: about ``ACQUIRE_AHEAD_S`` of the measured rate, at

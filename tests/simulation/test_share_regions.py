@@ -206,8 +206,13 @@ def test_with_one_member_per_partition_the_others_relieve_one_that_stops_asking(
     """The member that prefers partition 0 stays alive but takes nothing: once its regions
     have stayed Available for two ticks, the others read them, and the SPSO reaches the end."""
     rng, clock, log, members, auditor = setup_partitions(5, 2)
-    idle, busy = members[0], members[1]  # m0 has rank 0: it prefers partition 0
+    # Live members rank in the order the rationalizer lists them (by instance id): the
+    # first prefers partition 0; the test also asserts it had the rank it was given.
+    idle = min(members, key=lambda engine: engine.me)
+    busy = next(engine for engine in members if engine is not idle)
+    assert busy.rationalizer.members("jobs", "jobs", clock.now_ms)[0] == idle.me
     taken = 0
+    first_taken_ms = started_ms = clock.now_ms
     per_partition = RECORDS // PARTITIONS
     for _step in range(3_000):
         clock.advance(rng.randint(20, 80))
@@ -215,10 +220,15 @@ def test_with_one_member_per_partition_the_others_relieve_one_that_stops_asking(
         busy.tick()
         held = list(busy.held.get(("jobs", 0), {}))
         busy.ack_many("jobs", 0, held, "accept")
-        taken += len(busy.acquire("jobs", 0, 200, sharing=1))
+        got = busy.acquire("jobs", 0, 200, sharing=1)
+        if got and not taken:
+            first_taken_ms = clock.now_ms
+        taken += len(got)
         busy.flush()
         catch_up(log, auditor, [0, 1])
         if spso(auditor, 0) >= per_partition:
             break
     assert spso(auditor, 0) == per_partition, "stuck behind the idle member"
     assert taken == per_partition
+    # Not its own partition: it waited for the regions to stay Available for two ticks.
+    assert first_taken_ms - started_ms >= busy._steal_after_ms

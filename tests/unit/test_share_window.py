@@ -89,3 +89,17 @@ def test_a_member_run_dry_looks_at_the_log_less_and_less_often_up_to_a_tick() ->
     assert window.starved_pause(tick_s=100.0) == STARVED_WAIT_S * 256
     window.acquired(True)
     assert window.starved_pause(tick_s=0.2) == STARVED_WAIT_S
+
+
+def test_near_the_line_a_member_keeps_its_choice_until_the_pace_moves_well_past_it() -> None:
+    window = AcquisitionWindow(now_s=0.0)
+    window.sample(now_s=0.1, delivered=600)  # 6,000 records/s: one member per partition
+    assert window.sharing(4) == 1
+    window.sample(now_s=0.2, delivered=900)  # 3,000: the pace 4,500, under the line
+    assert window.pace == pytest.approx(4_500.0) and window.sharing(4) == 1
+    window.sample(now_s=0.3, delivered=1_000)  # 1,000: the pace 2,750, still over half
+    assert window.sharing(4) == 1
+    window.sample(now_s=0.4, delivered=1_050)  # 500: the pace 1,625, under half: share
+    assert window.sharing(4) == 4
+    window.sample(now_s=0.5, delivered=1_500)  # 4,500: the pace 3,062, under the line
+    assert window.sharing(4) == 4
