@@ -8,6 +8,8 @@ JSON line per record it holds (``partition``, ``offset``, ``delivery_count``, as
 killed.
 So what it holds when the test kills it is exactly what it printed: no race with an
 acknowledgement.
+
+:func:`joined` (the member's start) also serves :mod:`tests.integration.share_worker`.
 """
 
 from __future__ import annotations
@@ -16,25 +18,38 @@ import json
 import logging
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from marshal_py import Marshaler
-from marshal_py.client.share_consumer import ShareRecord
+from marshal_py.client.share_consumer import ShareConsumer, ShareRecord
 
 
-def main() -> int:
+@contextmanager
+def joined(settings: dict[str, Any]) -> Iterator[ShareConsumer]:
+    """A share consumer of the member ``settings`` describe (explicit acknowledgement, from
+    the earliest record), announced on stderr as ``marshal consume`` announces one; closed
+    with its Marshaler on the way out."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    settings = json.loads(sys.argv[1])
     with Marshaler(settings["bootstrap"], settings["group"], settings["client"],
                    settings["hi"], coordination_topic=settings["coordination_topic"]) as m:
         consumer = m.consumer([settings["topic"]], "share", offset_reset="earliest",
                               lock_duration=settings["lock_s"],
                               delivery_limit=settings["delivery_limit"],
                               batch_size=settings["batch_size"], acknowledgement="explicit")
+        assert isinstance(consumer, ShareConsumer)
         sys.stderr.write(f"marshal consume: member {settings['client']} (instance "
                          f"{m.instance_id}) of {settings['group']} on {settings['topic']}\n")
         sys.stderr.flush()
+        yield consumer
+
+
+def main() -> int:
+    settings = json.loads(sys.argv[1])
+    with joined(settings) as consumer:
         records: list[ShareRecord] = []
         while not records:
             records = consumer.poll(timeout_s=0.2, max_records=settings["batch_size"])
