@@ -66,9 +66,11 @@ class AcquisitionWindow:
     # -- measuring ------------------------------------------------------------------------------
 
     def fetch_began(self, now_s: float) -> None:
+        """The fetching thread starts a fetch (waiting for records counts as fetching)."""
         self._fetching_since = now_s
 
     def fetch_ended(self, now_s: float) -> None:
+        """The fetch started by :meth:`fetch_began` ended."""
         if self._fetching_since is not None:
             self._fetch_s += now_s - self._fetching_since
             self._fetching_since = None
