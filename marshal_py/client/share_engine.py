@@ -239,7 +239,7 @@ class ShareEngine(GroupMember[ShareConfig]):
             if self.me not in members:
                 members = sorted([*members, self.me])  # the order live members come in
             picker = self._pickers.setdefault((topic, partition), RegionPicker(partition))
-            shared_by = len(members) if sharing is None else max(1, min(sharing, len(members)))
+            shared_by = len(members) if sharing is None else min(sharing, len(members))
             candidates += picker.pick(
                 runs, wanted - len(candidates), members.index(self.me), len(members),
                 region_size(share.inflight_limit, shared_by), mine, now,

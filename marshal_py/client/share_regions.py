@@ -77,7 +77,7 @@ class RegionPicker:
         then, if that is short, those of other regions seen Available for ``steal_after_ms``
         or longer, lowest region first. Ascending within each part."""
         members = max(1, members)
-        shared_by = members if sharing is None else max(1, min(sharing, members))
+        shared_by = members if sharing is None else sharing  # preferred_rank bounds it
         own: list[tuple[int, int]] = []
         others: dict[int, list[tuple[int, int]]] = {}
         for a, b, view in runs:

@@ -193,15 +193,20 @@ def cluster(request: pytest.FixtureRequest, unique_name: str,
         c.close()
 
 
+def member_settings(cluster: ShareCluster, client_id: str, **more: Any) -> dict[str, Any]:
+    """What :func:`tests.integration.share_victim.joined` reads, for a member of ``cluster``'s
+    group (with ``more`` for the program itself)."""
+    return {"bootstrap": cluster.bootstrap, "group": cluster.group, "client": client_id,
+            "hi": HI, "coordination_topic": cluster.ctopic, "topic": cluster.topic,
+            "lock_s": LOCK_S, "delivery_limit": DELIVERY_LIMIT, **more}
+
+
 class VictimProcess(ConsumerProcess):
     """A :mod:`tests.integration.share_victim` process: acquires one batch, prints it, and
     holds it unacknowledged until killed (the files and methods of a ConsumerProcess)."""
 
     def __init__(self, cluster: ShareCluster, client_id: str, batch_size: int) -> None:
-        settings = {"bootstrap": cluster.bootstrap, "group": cluster.group,
-                    "client": client_id, "hi": HI, "coordination_topic": cluster.ctopic,
-                    "topic": cluster.topic, "lock_s": LOCK_S,
-                    "delivery_limit": DELIVERY_LIMIT, "batch_size": batch_size}
+        settings = member_settings(cluster, client_id, batch_size=batch_size)
         self._launch(client_id, cluster.workdir, [
             sys.executable, "-m", "tests.integration.share_victim", json.dumps(settings)])
 
@@ -222,11 +227,7 @@ class WorkerProcess(ConsumerProcess):
     ConsumerProcess; SIGTERM stops it)."""
 
     def __init__(self, cluster: ShareCluster, client_id: str, work_ms: float) -> None:
-        settings = {"bootstrap": cluster.bootstrap, "group": cluster.group,
-                    "client": client_id, "hi": HI, "coordination_topic": cluster.ctopic,
-                    "topic": cluster.topic, "lock_s": LOCK_S,
-                    "delivery_limit": DELIVERY_LIMIT, "batch_size": BATCH,
-                    "work_ms": work_ms}
+        settings = member_settings(cluster, client_id, batch_size=BATCH, work_ms=work_ms)
         self._launch(client_id, cluster.workdir, [
             sys.executable, "-m", "tests.integration.share_worker", json.dumps(settings)])
 
