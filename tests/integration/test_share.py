@@ -57,6 +57,7 @@ pytestmark = pytest.mark.integration
 LOCK_S = 2.0
 DELIVERY_LIMIT = 3
 BATCH = 20
+VICTIM_LOCK_S = 3.0  # the others start within it (0.7 s when idle), so they read while it holds
 
 
 def share_args(batch_size: int = BATCH, lock_s: float = LOCK_S,
@@ -205,8 +206,9 @@ class VictimProcess(ConsumerProcess):
     """A :mod:`tests.integration.share_victim` process: acquires one batch, prints it, and
     holds it unacknowledged until killed (the files and methods of a ConsumerProcess)."""
 
-    def __init__(self, cluster: ShareCluster, client_id: str, batch_size: int) -> None:
-        settings = member_settings(cluster, client_id, batch_size=batch_size)
+    def __init__(self, cluster: ShareCluster, client_id: str, batch_size: int,
+                 lock_s: float = LOCK_S) -> None:
+        settings = member_settings(cluster, client_id, batch_size=batch_size, lock_s=lock_s)
         self._launch(client_id, cluster.workdir, [
             sys.executable, "-m", "tests.integration.share_victim", json.dumps(settings)])
 
@@ -337,11 +339,12 @@ def test_four_processes_share_one_partition_each_record_printed_once(
 def test_records_of_a_killed_member_are_redelivered_after_its_lock_elapses(
         cluster: ShareCluster) -> None:
     watcher = cluster.watcher
-    survivors = start(cluster, ["s1", "s2", "s3"], share_args())
-    # "killed" sorts first: it asks for its 300 new records from the SPEO on (member i of M
-    # starts i batches past it), so that they exist. It acknowledges nothing (a
-    # tests.integration.share_victim process): what it printed is what it holds when killed.
-    victim = VictimProcess(cluster, "killed", batch_size=300)
+    # The victim joins alone and holds records before the others start: live members whose
+    # handler is fast read a partition through one of them (PROTOCOL.md 8.3), so with the
+    # others already reading, whether it gets any records would be a race. It acknowledges
+    # nothing (a tests.integration.share_victim process): what it printed is what it holds
+    # when killed. Its lock outlasts the others' start, so they are reading while it runs.
+    victim = VictimProcess(cluster, "killed", batch_size=300, lock_s=VICTIM_LOCK_S)
     cluster.processes.append(victim)
     victim.wait_joined()
     cluster.produce(1000)
@@ -356,6 +359,8 @@ def test_records_of_a_killed_member_are_redelivered_after_its_lock_elapses(
     assert set(victim_printed) <= set(held), sorted(set(victim_printed) - set(held))[:10]
     assert len(held) >= 50, f"the victim held only {len(held)} records when killed"
     assert all(r.delivery_count == 1 for r in held.values())
+    survivors = start(cluster, ["s1", "s2", "s3"], share_args())
+    joined_ms = now_ms()
 
     wait_printed([*survivors, victim], range(1000), timeout=60)
     # Once the SPSO is at the end, the others have accepted what the victim held.
@@ -391,8 +396,9 @@ def test_records_of_a_killed_member_are_redelivered_after_its_lock_elapses(
     expiries = [(r.lock_expiry_ms or 0) - killed_at_ms for r in held.values()]
     print(f"\n[share kill -9] victim held {len(held)} records ({min(held)}-{max(held)}; "
           f"{len(victim_printed)} handed out) when killed; its last share record {silent_ms} "
-          f"ms before "
-          f"the kill; its locks expired {min(expiries) / 1000:.2f}-{max(expiries) / 1000:.2f} s "
+          f"ms before the kill; the others joined {(joined_ms - killed_at_ms) / 1000:.2f} s "
+          f"after the kill; its locks expired {min(expiries) / 1000:.2f}-"
+          f"{max(expiries) / 1000:.2f} s "
           f"after the kill; re-acquired by the others {min(delays) / 1000:.2f}-"
           f"{max(delays) / 1000:.2f} s after the kill ({min(after_expiry)}-"
           f"{max(after_expiry)} ms after the lock expiry), each printed again with "
