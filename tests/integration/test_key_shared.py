@@ -118,6 +118,8 @@ def keyed(first: int, count: int) -> list[tuple[bytes | None, bytes | None]]:
 def test_three_members_keep_per_key_order_and_survivors_take_a_killed_members_slots(
         cluster: Cluster) -> None:
     watcher = SlotWatcher(cluster)
+    stop = threading.Event()  # stops the producing thread below, whatever happens
+    background: threading.Thread | None = None
     try:
         first = cluster.spawn("member-0", mode="key-shared")
         first.wait_joined()
@@ -133,8 +135,10 @@ def test_three_members_keep_per_key_order_and_survivors_take_a_killed_members_sl
         cluster.wait_consumed([(0, o) for o in produced], timeout=60)
         check_order(members, victim=None, killed_at_ms=None)
 
-        # kill -9 one member, at a moment its last sign of life is at least 0.25 HI old (so
-        # the 2 HI it takes to go stale start before the kill, as they do for a real crash).
+        # kill -9 one member, at a moment its last sign of life is 0.25 to 0.5 HI old (so
+        # the 2 HI it takes to go stale start before the kill, as they do for a real crash,
+        # and its next heartbeat is not about to be written: a check late in the interval
+        # could kill it just after one).
         victim = members[1]
         survivors = [m for m in members if m is not victim]
         victim_slots = {s for s, o in enumerate(watcher.owners())
@@ -144,10 +148,9 @@ def test_three_members_keep_per_key_order_and_survivors_take_a_killed_members_sl
             watcher.owners()
             seen = max(t for o, t in watcher.seen.items()
                        if o.instance_id == victim.instance_id)
-            return time.time() * 1000 - seen >= 250 * HI
+            return 250 * HI <= time.time() * 1000 - seen <= 500 * HI
 
         # Records keep coming while the victim dies, so it dies with records in hand.
-        stop = threading.Event()
         during: list[int] = []
 
         def produce() -> None:
@@ -183,6 +186,9 @@ def test_three_members_keep_per_key_order_and_survivors_take_a_killed_members_sl
         cluster.wait_consumed([(0, o) for o in produced], timeout=60, procs=members)
         check_order(members, victim=victim, killed_at_ms=killed_at_ms)
     finally:
+        stop.set()
+        if background is not None:
+            background.join(timeout=30)
         watcher.close()
 
 
