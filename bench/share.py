@@ -147,6 +147,7 @@ class Run:
     members_cpu_s: float | None  # CPU time of the members from go to stop; None: not known
     machine_busy: float | None  # share of all cores busy from go to the N-th accept
     per_member: list[int] = field(default_factory=list)
+    per_member_cpu_s: list[float | None] = field(default_factory=list)
 
     def rate(self, records: int) -> float:
         return records / self.seconds if self.seconds > 0 else float("inf")
@@ -252,6 +253,7 @@ def run_once(bootstrap: str, workers: Sequence[Worker], consumers: int, topic: s
         members_cpu_s=None if None in cpus else sum(cpus),
         machine_busy=machine_busy,
         per_member=[s["delivered"] for s in summaries],
+        per_member_cpu_s=cpus,
     )
 
 
@@ -437,7 +439,11 @@ def main() -> None:
                           + (f", fetched {run.fetched / records:.1f} x N" if run.fetched
                              else "")
                           + (f", cores {run.machine_busy:.0%} busy" if run.machine_busy
-                             is not None else "") + f"; {load()}", flush=True)
+                             is not None else "")
+                          + (", member CPU s " + "/".join(f"{c:.2f}" for c in
+                                                          run.per_member_cpu_s)
+                             if None not in run.per_member_cpu_s else "")
+                          + f"; {load()}", flush=True)
             print()
             report(results, records)
     except BenchError as exc:
