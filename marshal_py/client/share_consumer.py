@@ -127,6 +127,9 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
             # frees the in-flight window.
             if not self._engine.suspended:
                 if starved:
+                    # What was acknowledged goes out first: the SPSO moves now, not after
+                    # the wait (the last records of a burst, others' window).
+                    self._engine.flush()
                     self._engine.channel.follow(STARVED_WAIT_S)
                 self._preclaim()
             self._engine.flush()
@@ -195,7 +198,9 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
             count = self._engine.source.partition_count(topic) or 0
             for partition in range(count):
                 waiting = self._to_fetch.setdefault((topic, partition), {})
-                if len(waiting) - self._in_poll.get((topic, partition), 0) < window:
+                # Nothing ahead of the poll under way until the pace is known (above).
+                in_poll = self._in_poll.get((topic, partition), 0) if self._sizing.paced else 0
+                if len(waiting) - in_poll < window:
                     for offset, delivery_count in self._engine.acquire(
                             topic, partition, window, duties=True, sharing=self._sharing):
                         waiting[offset] = delivery_count

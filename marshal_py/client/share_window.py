@@ -3,8 +3,11 @@
 
 Two figures are measured from the consumer's own hand-outs:
 
-* its **rate**: records handed out per second of wall time. An acquisition covers about
-  :data:`ACQUIRE_AHEAD_S` of it (at least ``batch_size``, at most one region);
+* its **rate**: records handed out per second of wall time, first measured as soon as
+  :data:`PACE_SAMPLE_RECORDS` were handed out, then every :data:`RATE_SAMPLE_S`. An
+  acquisition covers about :data:`ACQUIRE_AHEAD_S` of it (at least ``batch_size``, at most
+  one region); until the pace is known, :data:`PACE_SAMPLE_RECORDS` (at most
+  ``batch_size``), and the consumer acquires nothing ahead;
 * its application's **pace**: records handed out per second of the application's own time,
   that is wall time minus the time the consumer spent fetching (waiting for records,
   acquiring, reading them). It tells what a record costs the handler, whatever the rest of
@@ -87,7 +90,10 @@ class AcquisitionWindow:
         first acquisition) is nobody's handling."""
         mark_s, mark_n = self._rate_mark
         elapsed = now_s - mark_s
-        if elapsed >= RATE_SAMPLE_S:
+        # The first sample as soon as a pace sample's worth was handed out: a fast
+        # application need not wait RATE_SAMPLE_S in batches of batch_size.
+        first = self.rate is None and delivered - mark_n >= PACE_SAMPLE_RECORDS
+        if elapsed >= RATE_SAMPLE_S or (first and elapsed > 0):
             rate = (delivered - mark_n) / elapsed
             self.rate = rate if self.rate is None else 0.5 * self.rate + 0.5 * rate
             self._rate_mark = (now_s, delivered)
@@ -114,10 +120,20 @@ class AcquisitionWindow:
         live member otherwise (and until its pace is known)."""
         return 1 if self._alone else max(1, members)
 
+    @property
+    def paced(self) -> bool:
+        """Whether the application's pace is known (a sample of hand-outs was taken)."""
+        return self.pace is not None
+
     def size(self, batch_size: int, inflight_limit: int, members: int) -> int:
         """Records to acquire at a time: about ``ACQUIRE_AHEAD_S`` of the measured rate, at
         least ``batch_size``, at most one region (the member's share of half the in-flight
-        limit among the members sharing a partition)."""
+        limit among the members sharing a partition). Until the pace is known, just enough
+        to learn it (``PACE_SAMPLE_RECORDS``, at most ``batch_size``): a member that will
+        turn out to stand by then holds few records that the member reading the partition
+        waits for."""
+        if self.pace is None:
+            return max(1, min(batch_size, PACE_SAMPLE_RECORDS))
         ceiling = max(batch_size, inflight_limit // (2 * self.sharing(members)))
         wanted = int((self.rate or 0.0) * ACQUIRE_AHEAD_S)
         return max(batch_size, min(ceiling, wanted))

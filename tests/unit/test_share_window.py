@@ -7,6 +7,7 @@ import pytest
 
 from marshal_py.client.share_window import (
     ONE_MEMBER_PACE,
+    PACE_SAMPLE_RECORDS,
     RATE_SAMPLE_S,
     STARVED_WAIT_S,
     AcquisitionWindow,
@@ -18,8 +19,25 @@ def test_until_its_pace_is_known_every_live_member_shares_a_partition() -> None:
     assert window.pace is None
     assert window.sharing(8) == 8
     assert window.sharing(0) == 1
-    # No rate yet: the batch size.
-    assert window.size(batch_size=100, inflight_limit=2_000, members=8) == 100
+    # Until the pace is known, a pace sample's worth (at most the batch size): a member that
+    # will stand by holds few records the one reading the partition waits for.
+    assert not window.paced
+    assert window.size(batch_size=100, inflight_limit=2_000, members=8) == PACE_SAMPLE_RECORDS
+    assert window.size(batch_size=20, inflight_limit=2_000, members=8) == 20
+
+
+def test_the_first_rate_sample_comes_with_the_first_pace_sample() -> None:
+    """A fast application need not wait RATE_SAMPLE_S, acquiring a batch at a time, for its
+    acquisitions to grow."""
+    window = AcquisitionWindow(now_s=0.0)
+    window.sample(now_s=0.001, delivered=PACE_SAMPLE_RECORDS - 1)
+    assert window.rate is None and not window.paced
+    window.sample(now_s=0.002, delivered=2 * PACE_SAMPLE_RECORDS)  # 50,000 records/s
+    assert window.paced and window.rate == pytest.approx(50_000.0)
+    assert window.size(batch_size=100, inflight_limit=2_000, members=8) == 1_000
+    # Later samples every RATE_SAMPLE_S only (smoothed).
+    window.sample(now_s=0.003, delivered=10_000)
+    assert window.rate == pytest.approx(50_000.0)
 
 
 def test_a_fast_application_reads_a_partition_alone_and_acquires_up_to_half_the_limit(
