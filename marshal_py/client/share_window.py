@@ -86,8 +86,14 @@ class AcquisitionWindow:
     def sample(self, now_s: float, delivered: int) -> None:
         """Take a sample of the rate (every :data:`RATE_SAMPLE_S`) and of the pace (every
         :data:`PACE_SAMPLE_RECORDS` hand-outs) when due (``delivered``: records handed out
-        so far). The pace counts from the first hand-out: the time before it (joining, the
-        first acquisition) is nobody's handling."""
+        so far). Both count from the first hand-out: the time before it (joining, the
+        first acquisition, others holding the records) is nobody's handling, and says
+        nothing of how fast records are taken."""
+        fetch_s = self._fetch_time(now_s)
+        if delivered == 0:
+            self._rate_mark = (now_s, 0)
+            self._pace_mark = (now_s, 0, fetch_s)
+            return
         mark_s, mark_n = self._rate_mark
         elapsed = now_s - mark_s
         # The first sample as soon as a pace sample's worth was handed out: a fast
@@ -97,10 +103,6 @@ class AcquisitionWindow:
             rate = (delivered - mark_n) / elapsed
             self.rate = rate if self.rate is None else 0.5 * self.rate + 0.5 * rate
             self._rate_mark = (now_s, delivered)
-        fetch_s = self._fetch_time(now_s)
-        if delivered == 0:
-            self._pace_mark = (now_s, 0, fetch_s)
-            return
         pace_s, pace_n, pace_fetch = self._pace_mark
         handed = delivered - pace_n
         own_s = (now_s - pace_s) - (fetch_s - pace_fetch)

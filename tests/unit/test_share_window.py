@@ -84,16 +84,18 @@ def test_a_fetch_under_way_counts_as_fetching() -> None:
 
 def test_the_rate_is_sampled_in_time_and_the_pace_in_hand_outs_from_the_first() -> None:
     window = AcquisitionWindow(now_s=0.0)
-    window.sample(now_s=0.3, delivered=0)  # joining: nobody's handling time
-    assert window.rate == 0.0 and window.pace is None
+    window.sample(now_s=0.3, delivered=0)  # joining: nobody's handling, no rate either
+    assert window.rate is None and window.pace is None
     window.sample(now_s=0.305, delivered=10)  # too few hand-outs to judge the handler
-    assert window.pace is None
+    assert window.rate is None and window.pace is None
     window.sample(now_s=0.31, delivered=100)  # 100 in the 10 ms since the first look
     assert window.pace == pytest.approx(10_000.0)
+    assert window.rate == pytest.approx(10_000.0)
     assert window.sharing(8) == 1
-    assert window.rate == 0.0  # next rate sample RATE_SAMPLE_S after the last
-    window.sample(now_s=0.3 + RATE_SAMPLE_S, delivered=150)
-    assert window.rate == pytest.approx(0.5 * 150 / RATE_SAMPLE_S)
+    window.sample(now_s=0.31 + RATE_SAMPLE_S / 2, delivered=150)
+    assert window.rate == pytest.approx(10_000.0)  # the next one RATE_SAMPLE_S later
+    window.sample(now_s=0.31 + RATE_SAMPLE_S, delivered=100 + 3_000)
+    assert window.rate == pytest.approx(0.5 * 10_000 + 0.5 * 3_000 / RATE_SAMPLE_S)
 
 
 def test_a_member_run_dry_looks_at_the_log_less_and_less_often_up_to_a_tick() -> None:
