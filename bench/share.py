@@ -73,7 +73,6 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from bench.cli_process import CliProcess
 from bench.common import (
     BenchError,
     load,
@@ -82,13 +81,12 @@ from bench.common import (
     table,
     wait_for,
 )
-from bench.share_member import BATCH_SIZE, Worker, worker_pool
+from bench.share_member import BATCH_SIZE, CliMember, Worker, worker_pool
 from bench.share_observer import Observer, busy_between, cpu_ticks
 from bench.worker_process import (
     offsets_handed_out,
 )
 from marshal_py.devbroker import DevBroker
-from marshal_py.protocol import format_ranges, ranges_of
 
 HI_S = 1.0
 RECORD_BYTES = 100
@@ -97,39 +95,6 @@ GROUP_PREFIX = "bench.share"
 
 
 # -- one run --------------------------------------------------------------------------------------
-
-
-class CliMember(CliProcess):
-    """A ``marshal consume --mode share --print`` process; collects the offsets it prints."""
-
-    def __init__(self, bootstrap: str, coordination_topic: str, group: str, topic: str,
-                 client_id: str, heartbeat_interval_s: float) -> None:
-        self.offsets: list[int] = []
-        self.redelivered = 0
-        super().__init__(client_id, [
-            "consume", "--bootstrap-servers", bootstrap,
-            "--coordination-topic", coordination_topic, "--group", group, "--topic", topic,
-            "--mode", "share", "--client-id", client_id,
-            "--heartbeat-interval", f"{heartbeat_interval_s:g}", "--offset-reset", "earliest",
-            "--batch-size", str(BATCH_SIZE), "--print",
-        ])
-
-    def on_stdout(self, raw: bytes, at: float) -> None:
-        try:
-            printed = json.loads(raw)
-        except ValueError:
-            return
-        self.offsets.append(int(printed["offset"]))
-        if printed.get("delivery_count", 1) > 1:
-            self.redelivered += 1
-
-    def summary(self) -> dict[str, Any]:
-        distinct = sorted(set(self.offsets))
-        return {"delivered": len(self.offsets), "fetched": None, "cpu_s": None,
-                "distinct": len(distinct),
-                "redelivered": self.redelivered,
-                "offsets": format_ranges(ranges_of(distinct)) if distinct else "",
-                "records_void": None, "error": ""}
 
 
 @dataclass

@@ -1,11 +1,13 @@
-"""A share-group member of the share benchmark in its own process (``python -m
+"""The members of the share benchmark: a share-group member in its own process (``python -m
 bench.share_member --worker``, driven by :class:`Worker` over JSON lines), with per-thread
-profiles and a thread census on request (see :mod:`bench.share`)."""
+profiles and a thread census on request, and :class:`CliMember`, a ``marshal consume``
+process (see :mod:`bench.share`)."""
 
 from __future__ import annotations
 
 import contextlib
 import cProfile
+import json
 import os
 import sys
 import threading
@@ -14,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench.cli_process import CliProcess
 from bench.thread_census import ThreadCensus
 from bench.worker_process import (
     WorkerProcess,
@@ -167,6 +170,39 @@ class Worker(WorkerProcess):
 def worker_pool(count: int) -> contextlib.AbstractContextManager[list[Worker]]:
     """``count`` share worker processes, stopped on exit."""
     return started_workers(lambda k: Worker(f"share-{k}"), count)
+
+
+class CliMember(CliProcess):
+    """A ``marshal consume --mode share --print`` process; collects the offsets it prints."""
+
+    def __init__(self, bootstrap: str, coordination_topic: str, group: str, topic: str,
+                 client_id: str, heartbeat_interval_s: float) -> None:
+        self.offsets: list[int] = []
+        self.redelivered = 0
+        super().__init__(client_id, [
+            "consume", "--bootstrap-servers", bootstrap,
+            "--coordination-topic", coordination_topic, "--group", group, "--topic", topic,
+            "--mode", "share", "--client-id", client_id,
+            "--heartbeat-interval", f"{heartbeat_interval_s:g}", "--offset-reset", "earliest",
+            "--batch-size", str(BATCH_SIZE), "--print",
+        ])
+
+    def on_stdout(self, raw: bytes, at: float) -> None:
+        try:
+            printed = json.loads(raw)
+        except ValueError:
+            return
+        self.offsets.append(int(printed["offset"]))
+        if printed.get("delivery_count", 1) > 1:
+            self.redelivered += 1
+
+    def summary(self) -> dict[str, Any]:
+        distinct = sorted(set(self.offsets))
+        return {"delivered": len(self.offsets), "fetched": None, "cpu_s": None,
+                "distinct": len(distinct),
+                "redelivered": self.redelivered,
+                "offsets": format_ranges(ranges_of(distinct)) if distinct else "",
+                "records_void": None, "error": ""}
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
