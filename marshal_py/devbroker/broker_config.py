@@ -68,9 +68,9 @@ metadata.max.idle.interval.ms=30000
 # topic's own count (20 groups' offsets and a transactional id found after such a restart).
 offsets.topic.num.partitions=1
 transaction.state.log.num.partitions=1
-# A node killed -9 and started again on its data registers only once the controller (started
-# again with it) lets the previous incarnation's session time out: 3 s here, as in a
-# DevCluster, instead of Kafka's 9 s, which made every restart of a fault campaign take 11 s.
+# A dead node is fenced, and a node killed -9 and started again on its data registers, only
+# once the controller lets its session time out: 3 s here (a DevCluster's failover tests, a
+# fault campaign's broker restarts) instead of Kafka's 9 s, which made each such restart 11 s.
 broker.session.timeout.ms=3000
 broker.heartbeat.interval.ms=500
 """
