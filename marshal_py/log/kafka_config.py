@@ -197,6 +197,10 @@ def new_client(cls: type[_Client], **settings: Any) -> _Client:
     with that thread still running: it keeps trying to connect for as long as the process
     lives, so every failed attempt of a process that retries (a member waiting out a broker
     outage, a probe waiting for a broker to start) would leave one more."""
+    if "metrics_enabled" in getattr(cls, "DEFAULT_CONFIG", {}):
+        # kafka-python's own sensors (read by nothing here) cost a few dozen Python calls
+        # per request in every client thread; a caller may still ask for them.
+        settings.setdefault("metrics_enabled", False)
     client: Any = object.__new__(cls)
     try:
         client.__init__(**settings)
