@@ -235,9 +235,11 @@ class ShareEngine(GroupMember[ShareConfig]):
                       for offset in range(a, b + 1) if offset not in mine][:wanted] \
             if duties and share.dead_letter_topic else []
         if len(candidates) < wanted:
-            members = self.rationalizer.members(self.config.group_id, topic, now)
+            # Ranked by when they joined: a newcomer takes the last rank, and the ranks of
+            # those before it stay (partition 0 of a fast group is read by its first member).
+            members = self.rationalizer.members_by_join(self.config.group_id, topic, now)
             if self.me not in members:
-                members = sorted([*members, self.me])  # the order live members come in
+                members = (*members, self.me)  # joins now: the last
             picker = self._pickers.setdefault((topic, partition), RegionPicker(partition))
             shared_by = len(members) if sharing is None else min(sharing, len(members))
             candidates += picker.pick(

@@ -9,7 +9,8 @@ one of them computes alike from the log: fixed *regions* of ``size`` consecutive
 (``size`` = the in-flight limit / (2 x the members sharing the partition), so each of them
 has about two regions in the window: one being handed out, the next acquired ahead), region
 ``k`` of partition ``p`` preferred by the live member of rank ``(p + k mod sharing) mod
-members`` (live members, one per client id, in the rationalizer's order: by instance id).
+members`` (live members, one per client id, in the order they joined: the rationalizer's
+``members_by_join``; a newcomer takes the last rank, and the ranks before it stay).
 ``sharing`` is every live member when records cost the application time, one when they cost
 it next to nothing (:mod:`marshal_py.client.share_window`): each partition is then read by
 one member, a different one for each partition. Regions are absolute offsets, not relative

@@ -58,6 +58,7 @@ class GroupLife:
 
     __slots__ = (
         "_armed",
+        "_by_join",
         "_clients",
         "_first",
         "_heap",
@@ -101,6 +102,8 @@ class GroupLife:
         #: Bumped whenever the set of members (or an interval) changes: keys ``_live_cache``.
         self._version = 0
         self._live_cache: tuple[int, tuple[Owner, ...]] | None = None
+        #: (live tuple, the same members by join time): :meth:`live_by_join`'s last answer.
+        self._by_join: tuple[tuple[Owner, ...], tuple[Owner, ...]] = ((), ())
         #: Tracked instances per client id, and how many client ids have more than one (only
         #: then does a sign of life change which instance :meth:`live` shows).
         self._instances: dict[str, set[Owner]] = {}
@@ -353,6 +356,18 @@ class GroupLife:
         if everyone:
             self._live_cache = (self._version, found)
         return found
+
+    def live_by_join(self, now_ms: int, hi: int) -> tuple[Owner, ...]:
+        """The members of :meth:`live_tuple`, in the order they joined (the first sign of
+        life since tracked; ties: the lowest owner). Sorted once per live tuple."""
+        live = self.live_tuple(now_ms, hi)
+        cached = self._by_join
+        if cached[0] is live:
+            return cached[1]
+        joined, members = self.joined, self.members
+        ordered = tuple(sorted(live, key=lambda m: (joined.get(m, members[m]), m)))
+        self._by_join = (live, ordered)
+        return ordered
 
     def rank(self, client_id: str, now_ms: int, hi: int) -> MemberRank:
         """Where ``client_id`` stands among the client ids live at ``now_ms`` (see

@@ -266,6 +266,15 @@ class Rationalizer(Core):
                                      excluding_client)
         return None if first is None else (first, life.intervals[first])
 
+    def members_by_join(self, group: str, topic: str, now_ms: int) -> tuple[Owner, ...]:
+        """:meth:`members` in the order they joined the pair (their first sign of life since
+        tracked, ties: the lowest owner): a member's place changes only when one that
+        joined before it goes. Every reader of the log computes the same order."""
+        life = self._life_of(group, topic)
+        if life is None:
+            return ()
+        return life.live_by_join(now_ms, self.config.heartbeat_interval_for(group))
+
     def live_members(self, group: str, topic: str, now_ms: int) -> tuple[Owner, ...]:
         """:meth:`members` as a tuple, without a copy: the same object while the live
         members stay the same."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from marshal_py.protocol import ResettingOffsets
+from marshal_py.protocol import Checkpoint, ResettingOffsets, coordination_partition, decode
 from marshal_py.world import GroupState, Rationalizer, RationalizerConfig, Verdict
 from tests.support import HI, T0, Scenario
 
@@ -143,3 +143,35 @@ def test_a_group_turns_stable_again_and_keeps_its_offsets() -> None:
     assert state is not None and state.state is GroupState.STABLE
     assert state.since_ms == s.records[2].timestamp_ms
     assert r.claim("g", "t", 0).committed_offset == 12
+
+
+def test_members_by_join_rank_by_first_sign_of_life_and_keep_that_order_as_others_come_and_go(
+        ) -> None:
+    s = Scenario()
+    s.member("z", 0)  # joins first, though its ids sort last
+    s.member("m", 10)
+    s.member("a", 20)
+    s.member("z", HI)  # signs of life do not move a member
+    s.member("m", HI + 10)
+    s.member("a", HI + 20)
+    r = replay(s)
+    now = T0 + HI + 30
+    assert [m.client_id for m in r.members("g", "t", now)] == ["a", "m", "z"]
+    assert [m.client_id for m in r.members_by_join("g", "t", now)] == ["z", "m", "a"]
+    assert r.members_by_join("g", "t", now) is r.members_by_join("g", "t", now)
+    s.member("m", HI + 40, active=False)  # one that joined before "a" leaves
+    s.member("b", HI + 50)  # a newcomer is last
+    r = replay(s)
+    assert [m.client_id for m in r.members_by_join("g", "t", T0 + HI + 60)] == ["z", "a", "b"]
+    # The order survives a checkpoint: a reader that starts from one ranks alike.
+    p = coordination_partition("t", s.partitions)
+    written = s.write(Checkpoint(0, "i-z", "z", "g", "t", len(s.records), r.snapshot("g", "t")),
+                      HI + 70)
+    assert written.value is not None and written.partition == p
+    checkpoint = decode(written.value)
+    assert isinstance(checkpoint, Checkpoint)
+    restored = Rationalizer(RationalizerConfig(s.partitions, HI, offsets_retention_ms=RETENTION))
+    restored.restore(p, checkpoint)
+    assert [m.client_id for m in restored.members_by_join("g", "t", T0 + HI + 80)] == \
+        ["z", "a", "b"]
+    assert r.members_by_join("g", "other", T0) == ()
