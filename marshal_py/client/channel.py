@@ -144,8 +144,12 @@ class CoordinationChannel:
         """Write the group's checkpoint on each topic where one is due; return how many.
 
         Due when the newest checkpoint in the log is at least one interval old and this
-        member is the first live member (lowest instance id), or two intervals old and this member
-        is live at all (the first one may be stuck). Call with the log caught up.
+        member is the first live member (the one that joined first), or two intervals old and
+        this member is live at all (the first one may be stuck). A pair with no checkpoint:
+        due at once for the first member, for the others once the pair has been Stable for
+        two intervals (members joining a new group together write one checkpoint, not one
+        each: a joining member sees those that joined before it). Call with the log caught
+        up.
         """
         if self.group is None or not self.checkpoints:
             return 0
@@ -158,10 +162,15 @@ class CoordinationChannel:
                 continue  # not due for anyone (asked first: the rest looks at the members)
             if not self.rationalizer.member_rank(self.group, topic, me.client_id, now).live:
                 continue
-            members = self.rationalizer.live_members(self.group, topic, now)
+            members = self.rationalizer.members_by_join(self.group, topic, now)
             first = members[0].client_id == me.client_id
-            due = age is None or age >= (self.checkpoint_interval_ms if first
-                                         else 2 * self.checkpoint_interval_ms)
+            if age is None and not first:
+                since = self.rationalizer.stable_since(self.group, topic)
+                age = None if since is None else max(0, now - since)
+                due = age is not None and age >= 2 * self.checkpoint_interval_ms
+            else:
+                due = age is None or age >= (self.checkpoint_interval_ms if first
+                                             else 2 * self.checkpoint_interval_ms)
             if not due:
                 continue
             message = Checkpoint(now // 1000, me.instance_id, me.client_id, self.group, topic,

@@ -136,11 +136,13 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
             return
         self._next_tick = now + self._tick_s
         # Queued acknowledgements ride with this step's acquisitions (one round trip);
-        # whatever no acquisition carried is written after them.
-        self._engine.tick(flush=False)
+        # whatever no acquisition carried is written after them, and a checkpoint due
+        # after both (the first step follows the join: its acquisition goes first).
+        self._engine.tick(flush=False, checkpoint=False)
         if not self._engine.suspended:
             self._preclaim()
         self._engine.flush()
+        self._engine.checkpoint()
 
     def _hand_acks_over(self) -> None:
         """Give the engine the acknowledgements taken without the lock (lock held), a run

@@ -85,9 +85,10 @@ class ShareEngine(GroupMember[ShareConfig]):
     # -- life cycle --------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Replay the coordination log, announce this member, initialize share-partitions."""
+        """Replay the coordination log, announce this member, initialize share-partitions.
+        A checkpoint due now waits for the next tick: the first acquisition comes first."""
         self._join()
-        self.tick()
+        self.tick(checkpoint=False)
 
     def close(self) -> None:
         """Acknowledge what is pending, release what is held but unacknowledged, leave."""
@@ -125,11 +126,13 @@ class ShareEngine(GroupMember[ShareConfig]):
             log.warning("could not release share records: %s", exc)
         self._leave()
 
-    def tick(self, *, flush: bool = True) -> None:
-        """Catch up, announce membership, initialize new share-partitions, renew locks, and
-        (with ``flush``) write queued acknowledgements. A caller that acquires right after
-        passes ``flush=False``: the acquisition carries them in its round trip, and the
-        caller flushes what is left (:meth:`flush`)."""
+    def tick(self, *, flush: bool = True, checkpoint: bool = True) -> None:
+        """Catch up, announce membership, initialize new share-partitions, renew locks,
+        (with ``flush``) write queued acknowledgements and (with ``checkpoint``) the group's
+        checkpoint when one is due. A caller that acquires right after passes
+        ``flush=False``: the acquisition carries them in its round trip, and the caller
+        flushes what is left (:meth:`flush`); it may pass ``checkpoint=False`` and call
+        :meth:`checkpoint` after its acquisition."""
         if self._closed:
             return
         self._catch_up()
@@ -151,7 +154,13 @@ class ShareEngine(GroupMember[ShareConfig]):
         self._renew_due(now)
         if flush:
             self.flush()
-        self.channel.maybe_checkpoint(self.me)
+        if checkpoint:
+            self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Write the group's checkpoint where one is due (PROTOCOL.md 11.3)."""
+        if not self._closed and not self.suspended:
+            self.channel.maybe_checkpoint(self.me)
 
     def _forget_topic(self, topic: str) -> None:
         """Release the records held of a deleted topic (their delivery counts stay)."""

@@ -266,6 +266,11 @@ class Rationalizer(Core):
                                      excluding_client)
         return None if first is None else (first, life.intervals[first])
 
+    def stable_since(self, group: str, topic: str) -> int | None:
+        """When the pair last turned Stable (broker ms); None: never, or not tracked."""
+        life = self._life_of(group, topic)
+        return None if life is None else life.stable_since_ms
+
     def members_by_join(self, group: str, topic: str, now_ms: int) -> tuple[Owner, ...]:
         """:meth:`members` in the order they joined the pair (their first sign of life since
         tracked, ties: the lowest owner): a member's place changes only when one that
