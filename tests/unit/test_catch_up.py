@@ -140,3 +140,32 @@ def test_own_records_the_filter_does_not_keep_are_passed_without_a_fetch() -> No
     assert log.fetches == 0
     assert r.next_position(0) == 1
     assert r.claim("g", "t", 0).owner is None
+
+
+class StartCountingLog(MemoryLog):
+    """Counts the requests for the log's start (a ListOffsets on Kafka)."""
+
+    starts_asked = 0
+
+    def start_position(self, partition: int) -> int:
+        self.starts_asked += 1
+        return super().start_position(partition)
+
+
+def test_the_logs_start_is_asked_only_where_there_is_something_to_read() -> None:
+    log = StartCountingLog(partitions=1)
+    r = rationalizer()
+    message = ClaimingPartition(0, "i1", "c1", "g", "t", 0)
+    for _ in range(3):
+        log.append(0, encode(message))
+    assert catch_up(log, r, [0]) == 3 and log.starts_asked == 1
+    assert catch_up(log, r, [0]) == 0 and log.starts_asked == 1  # up to date: no request
+    # Records deleted below what was read and more appended: read from where the reader is.
+    log.delete_before(0, 2)
+    log.append(0, encode(message))
+    assert catch_up(log, r, [0]) == 1 and log.starts_asked == 2
+    # A reader that lags behind the deletions starts at the log's start.
+    log.delete_before(0, 4)
+    log.append(0, encode(message))
+    late = rationalizer()
+    assert catch_up(log, late, [0]) == 1 and late.next_position(0) == 5
