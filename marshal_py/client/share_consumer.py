@@ -434,8 +434,6 @@ class ShareConsumer(MemberConsumer[ShareRecord]):
         return self
 
 
-
-
 def _run_from(offsets: dict[int, int], first: int) -> int:
     """How many consecutive offsets of ``offsets`` begin at ``first``."""
     n = 1
