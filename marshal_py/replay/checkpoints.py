@@ -184,11 +184,13 @@ def newest_checkpoints(log_: CoordinationLog, partition: int, group: str,
     """
     wanted = set(topics)
     found: dict[str, FoundCheckpoint] = {}
-    oldest = log_.start_position(partition)
-    floor = max(floor, oldest)
     high = log_.end_position(partition)
     if ceiling is not None:
         high = min(high, ceiling)
+    if high <= floor:
+        return found  # nothing above the floor (a new group's): no request for the start
+    oldest = log_.start_position(partition)
+    floor = max(floor, oldest)
     finder = _Finder(group, wanted, oldest, refusal)
     chunk = _FIRST_CHUNK
     while high > floor and wanted - set(found):

@@ -126,6 +126,23 @@ def test_newest_checkpoints_below_a_ceiling() -> None:
     assert newest_checkpoints(log, 0, "g", ["t"], 0, ceiling=1) == {}
 
 
+def test_newest_checkpoints_above_the_end_ask_nothing_more() -> None:
+    class StartCounting(MemoryLog):
+        starts = 0
+
+        def start_position(self, partition: int) -> int:
+            self.starts += 1
+            return super().start_position(partition)
+
+    log = StartCounting(partitions=1, clock=VirtualClock(T0))
+    state = Rationalizer(RationalizerConfig(1, 1000)).snapshot("g", "t")
+    log.append(0, encode(Checkpoint(0, "i", "c", "g", "t", 0, state)))
+    # A new group's floor is the end read before the index: nothing to scan, one request.
+    assert newest_checkpoints(log, 0, "g", ["t"], 1) == {} and log.starts == 0
+    assert newest_checkpoints(log, 0, "g", ["t"], 0)["t"].record_position == 0
+    assert log.starts == 1
+
+
 def marshal(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "marshal_py.cli", *args], capture_output=True,
                           text=True, timeout=60)
