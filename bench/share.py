@@ -109,10 +109,16 @@ class Run:
     redelivered: int
     void: int | None  # offsets asked for and not granted (lost races); None: not known
     fetched: int | None  # records the members' data consumers fetched; None: not known
-    members_cpu_s: float | None  # CPU time of the members from go to stop; None: not known
     machine_busy: float | None  # share of all cores busy from go to the N-th accept
     per_member: list[int] = field(default_factory=list)
+    #: Each member's CPU time from go to stop (None: not known).
     per_member_cpu_s: list[float | None] = field(default_factory=list)
+
+    @property
+    def members_cpu_s(self) -> float | None:
+        """The members' CPU time from go to stop; None: not known for one of them."""
+        cpus = self.per_member_cpu_s
+        return None if not cpus or None in cpus else sum(c for c in cpus if c is not None)
 
     def rate(self, records: int) -> float:
         return records / self.seconds if self.seconds > 0 else float("inf")
@@ -215,7 +221,6 @@ def run_once(bootstrap: str, workers: Sequence[Worker], consumers: int, topic: s
         redelivered=sum(s["redelivered"] for s in summaries),
         void=None if None in voids else sum(voids),
         fetched=None if None in fetches else sum(fetches),
-        members_cpu_s=None if None in cpus else sum(cpus),
         machine_busy=machine_busy,
         per_member=[s["delivered"] for s in summaries],
         per_member_cpu_s=cpus,

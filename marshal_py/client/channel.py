@@ -164,13 +164,14 @@ class CoordinationChannel:
                 continue
             members = self.rationalizer.members_by_join(self.group, topic, now)
             first = members[0].client_id == me.client_id
-            if age is None and not first:
-                since = self.rationalizer.stable_since(self.group, topic)
-                age = None if since is None else max(0, now - since)
-                due = age is not None and age >= 2 * self.checkpoint_interval_ms
+            needed = self.checkpoint_interval_ms if first else 2 * self.checkpoint_interval_ms
+            if age is None:
+                # None yet: due at once for the first member; the others count from when
+                # the pair turned Stable.
+                since = None if first else self.rationalizer.stable_since(self.group, topic)
+                due = first or (since is not None and now - since >= needed)
             else:
-                due = age is None or age >= (self.checkpoint_interval_ms if first
-                                             else 2 * self.checkpoint_interval_ms)
+                due = age >= needed
             if not due:
                 continue
             message = Checkpoint(now // 1000, me.instance_id, me.client_id, self.group, topic,

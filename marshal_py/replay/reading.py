@@ -78,10 +78,12 @@ def catch_up(
     log_.verify_identity()
     if until is not None:
         targets = {p: min(end, until.get(p, end)) for p, end in targets.items()}
-    # The log's start (a request) matters only where there is something to read: records
-    # below it were deleted, and the replay moves past them.
-    starts = {p: max(read, log_.start_position(p)) if (read := rationalizer.next_position(p)) < end
-              else read for p, end in targets.items()}
+    starts: dict[int, int] = {}
+    for p, end in targets.items():
+        read = rationalizer.next_position(p)
+        # The log's start (a request) matters only where there is something to read:
+        # records below it were deleted, and the replay moves past them.
+        starts[p] = max(read, log_.start_position(p)) if read < end else read
     return _read_to(log_, rationalizer, targets, starts, fetch_timeout_s, progress, keep)
 
 
